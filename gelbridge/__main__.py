@@ -1,0 +1,3 @@
+from gelbridge.cli import main
+
+main()

@@ -1,0 +1,192 @@
+"""Configuration: one TOML file plus environment variables → typed settings.
+
+Lookup order for the file: the ``--config`` option, then ``$GELBRIDGE_CONFIG``, then
+no file (embedded defaults). Environment variables override single keys:
+
+- ``GELBRIDGE_KEYRING``      → ``keyring.path``
+- ``GELBRIDGE_STATE_DIR``    → ``state.dir``
+- ``GELBRIDGE_PDS``          → ``account.pds``
+- ``GELBRIDGE_IDENTIFIER``   → ``account.identifier``
+
+Secrets never live in the file: it names the environment variables that hold them
+(``password_env``, ``api_key_env``).
+"""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from gelbridge.errors import ConfigError
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+
+class ModelChoice(_Section):
+    """A model by provider name (a key of ``[providers]``) and model id."""
+
+    provider: str
+    id: str
+
+
+class AccountConfig(_Section):
+    pds: str | None = None
+    identifier: str | None = None
+    password_env: str = "GELBRIDGE_APP_PASSWORD"
+
+
+class KeyringConfig(_Section):
+    path: Path | None = None
+
+
+class StateConfig(_Section):
+    dir: Path = Path("~/.local/state/gelbridge")
+
+
+class DefaultsConfig(_Section):
+    model: ModelChoice | None = None
+    tools: list[str] = Field(default_factory=list)
+    effort: str | None = None
+    instructions: str | None = None
+    max_output_tokens: int | None = None
+    temperature: float | None = None
+
+
+class ProviderConfig(_Section):
+    """``[providers.<name>]``: ``<name>`` matches ``modelRef.provider``."""
+
+    adapter: str
+    base_url: str
+    api_key_env: str | None = None
+    models: list[str] | None = None
+    allow_hosts: list[str] = Field(default_factory=list)
+    pass_api_key_to_script: bool = False
+    headers: dict[str, str] = Field(default_factory=dict)
+    connect_timeout: float = 10.0
+    read_timeout: float = 120.0
+    max_retries: int = 3
+
+
+class AdaptersConfig(_Section):
+    dirs: list[Path] = Field(default_factory=list)
+    cpu_limit_seconds: float = 2.0
+    memory_limit_mb: int = 64
+
+
+class RepliesConfig(_Section):
+    update_interval: float = 2.0
+
+
+class ThreadConfig(_Section):
+    max_depth: int = 500
+
+
+class WatchConfig(_Section):
+    source: Literal["firehose", "poll", "jetstream"] = "firehose"
+    url: str | None = None
+    poll_interval: float = 5.0
+
+
+class ToolsConfig(_Section):
+    max_steps: int = 8
+    approval_ttl: float | None = None
+    call_timeout: float = 60.0
+    max_output_chars: int = 20000
+
+
+class Settings(_Section):
+    """Everything gelbridge reads from its configuration."""
+
+    model_config = ConfigDict(extra="allow", populate_by_name=True)
+
+    account: AccountConfig = Field(default_factory=AccountConfig)
+    keyring: KeyringConfig = Field(default_factory=KeyringConfig)
+    state: StateConfig = Field(default_factory=StateConfig)
+    defaults: DefaultsConfig = Field(default_factory=DefaultsConfig)
+    providers: dict[str, ProviderConfig] = Field(default_factory=dict)
+    adapters: AdaptersConfig = Field(default_factory=AdaptersConfig)
+    replies: RepliesConfig = Field(default_factory=RepliesConfig)
+    thread: ThreadConfig = Field(default_factory=ThreadConfig)
+    watch: WatchConfig = Field(default_factory=WatchConfig)
+    tools: dict[str, Any] = Field(default_factory=dict)
+    mcp: dict[str, Any] = Field(default_factory=dict)
+
+    @field_validator("providers")
+    @classmethod
+    def _provider_names(cls, v: dict[str, ProviderConfig]) -> dict[str, ProviderConfig]:
+        for name in v:
+            if not name or len(name) > 128:
+                raise ValueError(f"provider name {name!r} must be 1-128 characters")
+        return v
+
+    @property
+    def tools_settings(self) -> ToolsConfig:
+        """The ``[tools]`` keys that are not per-tool tables."""
+        flat = {k: v for k, v in self.tools.items() if not isinstance(v, dict)}
+        return ToolsConfig.model_validate(flat)
+
+    @property
+    def state_dir(self) -> Path:
+        return self.state.dir.expanduser()
+
+
+_ENV_OVERRIDES: dict[str, tuple[str, str]] = {
+    "GELBRIDGE_KEYRING": ("keyring", "path"),
+    "GELBRIDGE_STATE_DIR": ("state", "dir"),
+    "GELBRIDGE_PDS": ("account", "pds"),
+    "GELBRIDGE_IDENTIFIER": ("account", "identifier"),
+}
+
+
+def _format_validation_error(err: ValidationError, source: str) -> str:
+    first = err.errors()[0]
+    where = ".".join(str(p) for p in first["loc"]) or "(top level)"
+    return f"{source}: {where}: {first['msg']}"
+
+
+def load_config(
+    path: str | Path | None = None,
+    *,
+    env: dict[str, str] | None = None,
+) -> Settings:
+    """Read settings from a TOML file (optional) and the environment."""
+    env = dict(os.environ) if env is None else env
+    if path is None and env.get("GELBRIDGE_CONFIG"):
+        path = env["GELBRIDGE_CONFIG"]
+    data: dict[str, Any] = {}
+    source = "embedded defaults"
+    if path is not None:
+        p = Path(path).expanduser()
+        source = str(p)
+        try:
+            data = tomllib.loads(p.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            raise ConfigError(f"config file {p} does not exist; pass --config with a TOML file") from None
+        except tomllib.TOMLDecodeError as e:
+            raise ConfigError(f"{p} is not valid TOML: {e}") from None
+        base = p.parent
+        # Relative paths in the file are relative to the file, not the working directory.
+        kr = data.get("keyring", {})
+        if isinstance(kr, dict) and kr.get("path") and not Path(kr["path"]).expanduser().is_absolute():
+            kr["path"] = str(base / kr["path"])
+        st = data.get("state", {})
+        if isinstance(st, dict) and st.get("dir") and not Path(st["dir"]).expanduser().is_absolute():
+            st["dir"] = str(base / st["dir"])
+        ad = data.get("adapters", {})
+        if isinstance(ad, dict) and isinstance(ad.get("dirs"), list):
+            ad["dirs"] = [
+                d if Path(d).expanduser().is_absolute() else str(base / d) for d in ad["dirs"]
+            ]
+    for var, (section, key) in _ENV_OVERRIDES.items():
+        if env.get(var):
+            data.setdefault(section, {})[key] = env[var]
+    try:
+        return Settings.model_validate(data)
+    except ValidationError as e:
+        raise ConfigError(_format_validation_error(e, source)) from None

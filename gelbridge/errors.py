@@ -1,0 +1,146 @@
+"""The gelbridge error hierarchy.
+
+Every error message says what went wrong and, where it can, what to do next. No
+message ever contains plaintext content or key material: records are named by their
+AT-URI or record key, keys by their keyId.
+"""
+
+from __future__ import annotations
+
+
+class GelbridgeError(Exception):
+    """Base of every error gelbridge raises on purpose.
+
+    ``kind`` is the machine-readable name written into a reply's ``error.kind`` when
+    the error ends a turn (PROTOCOL.md §1: Lux IR error kinds plus decrypt_failed,
+    bad_record, adapter_error, tool_error, timeout, interrupted).
+    """
+
+    kind: str = "bad_record"
+
+
+class ConfigError(GelbridgeError):
+    """The configuration file or environment is wrong."""
+
+    kind = "invalid_request"
+
+
+# --- records and sealing ---------------------------------------------------------
+
+
+class RecordError(GelbridgeError):
+    """A record is malformed, too large, or does not follow the lexicon."""
+
+    kind = "bad_record"
+
+
+class SealingError(GelbridgeError):
+    """Sealed content could not be opened or sealed."""
+
+    kind = "decrypt_failed"
+
+
+class UnknownSchemeError(SealingError):
+    """The record uses an encryption scheme gelbridge does not know."""
+
+
+class UnknownKeyError(SealingError):
+    """The record names a keyId that is not in the keyring."""
+
+
+class DecryptError(SealingError):
+    """Authentication failed: the key is wrong or the ciphertext was tampered with."""
+
+
+class MovedCiphertextError(SealingError):
+    """The ciphertext authenticates, but for another record: it was copied here."""
+
+
+class KeyringError(GelbridgeError):
+    """The keyring file or environment variable is missing or malformed."""
+
+    kind = "invalid_request"
+
+
+# --- threads ------------------------------------------------------------------------
+
+
+class ThreadError(GelbridgeError):
+    """The parent chain of a message cannot be walked."""
+
+    kind = "bad_record"
+
+
+class MissingRecordError(ThreadError):
+    """A record named by a ``parent`` link does not exist."""
+
+
+class ThreadCycleError(ThreadError):
+    """``parent`` links form a loop."""
+
+
+class ForeignConversationError(ThreadError):
+    """A ``parent`` link leads into another conversation."""
+
+
+class ThreadTooDeepError(ThreadError):
+    """The thread is longer than the configured limit."""
+
+
+# --- adapters, transport, providers -------------------------------------------------
+
+
+class AdapterError(GelbridgeError):
+    """A Lua adapter failed to load or to transform data."""
+
+    kind = "adapter_error"
+
+
+class AdapterLoadError(AdapterError):
+    """An adapter script could not be loaded (syntax error, bad contract)."""
+
+
+class SandboxViolation(AdapterError):
+    """An adapter script exceeded a sandbox limit (CPU, wall clock, memory)."""
+
+
+class ProviderError(GelbridgeError):
+    """The model provider answered with an error, or could not be reached.
+
+    ``kind`` is one of the Lux IR error kinds (rate_limit, invalid_request,
+    authentication, server_error, content_filter) or ``timeout``.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        kind: str = "server_error",
+        status: int | None = None,
+        retry_after: float | None = None,
+        provider_code: str | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.kind = kind
+        self.status = status
+        self.retry_after = retry_after
+        self.provider_code = provider_code
+
+
+# --- PDS, tools, worker --------------------------------------------------------------
+
+
+class PdsError(GelbridgeError):
+    """The PDS refused a request or could not be reached."""
+
+    kind = "server_error"
+
+
+class ClaimConflict(PdsError):
+    """A create-only write found the record already there with other content."""
+
+
+class ToolError(GelbridgeError):
+    """A tool failed, timed out, or is unknown."""
+
+    kind = "tool_error"
