@@ -144,3 +144,14 @@ class ToolError(GelbridgeError):
     """A tool failed, timed out, or is unknown."""
 
     kind = "tool_error"
+
+
+class ToolJournalConflict(ToolError):
+    """A tool-call id was reused for another account, tool or input: the journal
+    cannot tell which call it is, so the call is not run."""
+
+
+class StateError(GelbridgeError):
+    """The state database cannot be opened, is from a newer gelbridge, or is corrupt."""
+
+    kind = "server_error"
