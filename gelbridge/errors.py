@@ -131,13 +131,56 @@ class ProviderError(GelbridgeError):
 
 
 class PdsError(GelbridgeError):
-    """The PDS refused a request or could not be reached."""
+    """The PDS refused a request or could not be reached.
+
+    ``status`` is the HTTP status (None when no answer came), ``error`` the XRPC error
+    name (e.g. ``InvalidSwap``, ``RecordNotFound``) when the PDS gave one.
+    """
 
     kind = "server_error"
+
+    def __init__(self, message: str, *, status: int | None = None, error: str | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+        self.error = error
 
 
 class ClaimConflict(PdsError):
     """A create-only write found the record already there with other content."""
+
+
+class PdsUnavailable(PdsError):
+    """The PDS could not be reached, dropped the connection, or answered 5xx.
+
+    Usually transient: retry later with backoff.
+    """
+
+
+class PdsRateLimited(PdsError):
+    """The PDS answered 429. ``retry_after`` is how many seconds to wait (if known)."""
+
+    kind = "rate_limit"
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        retry_after: float | None = None,
+        status: int | None = 429,
+        error: str | None = "RateLimitExceeded",
+    ) -> None:
+        super().__init__(message, status=status, error=error)
+        self.retry_after = retry_after
+
+
+class PdsAuthError(PdsError):
+    """The PDS refused the credentials or the session (log in again)."""
+
+    kind = "authentication"
+
+
+class FirehoseError(PdsError):
+    """The firehose sent an error frame (e.g. FutureCursor) or an undecodable frame."""
 
 
 class ToolError(GelbridgeError):
