@@ -56,6 +56,10 @@ class MovedCiphertextError(SealingError):
     """The ciphertext authenticates, but for another record: it was copied here."""
 
 
+class MalformedSealError(SealingError):
+    """A sealed field has the wrong shape (nonce length, truncated ciphertext)."""
+
+
 class KeyringError(GelbridgeError):
     """The keyring file or environment variable is missing or malformed."""
 
