@@ -1,0 +1,249 @@
+"""The worker's durable state: persistence, idempotency, crash recovery, permissions."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sqlite3
+import stat
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+
+from gelbridge.errors import StateError, ToolJournalConflict
+from gelbridge.state import (
+    DB_FILENAME,
+    ERRORS_KEPT,
+    SCHEMA_VERSION,
+    StateStore,
+    TurnTiming,
+    open_state,
+)
+
+
+@pytest.fixture
+def db_path(tmp_path: Path) -> Path:
+    return tmp_path / "state" / DB_FILENAME
+
+
+def test_everything_survives_close_and_reopen(db_path: Path) -> None:
+    with StateStore(db_path) as s:
+        s.set_cursor("firehose:pds.example", 1234)
+        s.set_cursor("jetstream", "1700000000000000")
+        s.save_session("did:plc:abc", {"accessJwt": "a", "refreshJwt": "r"})
+        s.record_claim("did:plc:abc", "3mabc", 0, "3mabc.r0", "3mconv")
+        s.begin_tool_call("did:plc:abc", "call_1", "3mabc.r0", "current_time", "d1")
+        s.finish_tool_call("call_1", b"\x00sealed\xff", "k1", False)
+        s.record_error("timeout", account="did:plc:abc", record_key="3mabc.r0", where="model")
+        s.record_turn(TurnTiming("3mabc.r0", "did:plc:abc", "complete", 1, 2, 300, 40))
+        assert s.mark_seen("did:plc:abc", "3mabc", "bafy1")
+    with StateStore(db_path) as s:
+        assert s.get_cursor("firehose:pds.example") == 1234
+        assert s.get_cursor("jetstream") == "1700000000000000"
+        assert s.get_cursor("other") is None
+        assert s.load_session("did:plc:abc") == {"accessJwt": "a", "refreshJwt": "r"}
+        assert s.load_session("did:plc:other") is None
+        claim = s.get_claim("3mabc.r0")
+        assert claim is not None and claim.status == "pending" and claim.attempt == 0
+        entry = s.get_tool_call("call_1")
+        assert entry is not None and entry.finished and entry.sealed_result == b"\x00sealed\xff"
+        assert entry.key_id == "k1" and entry.is_error is False
+        assert [e.kind for e in s.recent_errors(5)] == ["timeout"]
+        turn = s.recent_turns(5)[0]
+        assert turn.total_ms == 343 and turn.at > 0
+        assert not s.mark_seen("did:plc:abc", "3mabc", "bafy1")
+        assert s.was_seen("did:plc:abc", "3mabc", "bafy1")
+
+
+def test_cursor_overwrites_and_keeps_type(db_path: Path) -> None:
+    with StateStore(db_path) as s:
+        s.set_cursor("src", 5)
+        s.set_cursor("src", 7)
+        assert s.get_cursor("src") == 7
+        s.set_cursor("src", "abc")
+        assert s.get_cursor("src") == "abc"
+        with pytest.raises(TypeError):
+            s.set_cursor("src", 1.5)  # type: ignore[arg-type]
+
+
+def test_begin_tool_call_is_idempotent(db_path: Path) -> None:
+    with StateStore(db_path) as s:
+        first = s.begin_tool_call("did:a", "c1", "m.r0", "fetch_url", "digest")
+        assert first.new and first.state == "started" and not first.interrupted
+        again = s.begin_tool_call("did:a", "c1", "m.r1", "fetch_url", "digest")
+        assert not again.new and again.reply_rkey == "m.r0"
+        s.finish_tool_call("c1", b"R1", "k", True)
+        done = s.begin_tool_call("did:a", "c1", "m.r2", "fetch_url", "digest")
+        assert not done.new and done.finished and done.sealed_result == b"R1" and done.is_error is True
+        # A second finish does not overwrite the first result: at most once.
+        kept = s.finish_tool_call("c1", b"R2", "k", False)
+        assert kept.sealed_result == b"R1"
+
+
+def test_reused_call_id_with_other_input_is_a_conflict(db_path: Path) -> None:
+    with StateStore(db_path) as s:
+        s.begin_tool_call("did:a", "c1", "m.r0", "fetch_url", "digest-a")
+        with pytest.raises(ToolJournalConflict):
+            s.begin_tool_call("did:a", "c1", "m.r0", "fetch_url", "digest-b")
+        with pytest.raises(ToolJournalConflict):
+            s.begin_tool_call("did:b", "c1", "m.r0", "fetch_url", "digest-a")
+
+
+def test_call_begun_before_a_crash_is_seen_as_interrupted(db_path: Path) -> None:
+    # Crash: another process begins the call and dies (os._exit) without finishing it
+    # and without closing the database.
+    script = (
+        "import os, sys\n"
+        "from gelbridge.state import StateStore\n"
+        "s = StateStore(sys.argv[1])\n"
+        "s.begin_tool_call('did:a', 'c9', 'm.r0', 'mcp_x_send', 'dg')\n"
+        "os._exit(3)\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", script, str(db_path)], timeout=60)
+    assert proc.returncode == 3
+    s2 = StateStore(db_path)
+    (left,) = s2.unfinished_tool_calls("did:a")
+    assert left.call_id == "c9"
+    entry = s2.begin_tool_call("did:a", "c9", "m.r1", "mcp_x_send", "dg")
+    assert entry.interrupted and not entry.new and entry.sealed_result is None
+    s2.finish_tool_call("c9", b"sealed-interrupted", "k", True)
+    assert s2.unfinished_tool_calls("did:a") == []
+    s2.close()
+
+
+def test_finishing_an_unknown_call_fails_and_plaintext_type_is_refused(db_path: Path) -> None:
+    with StateStore(db_path) as s:
+        with pytest.raises(StateError):
+            s.finish_tool_call("nope", b"x", "k", False)
+        s.begin_tool_call("did:a", "c1", "m.r0", "t", "d")
+        with pytest.raises(TypeError):
+            s.finish_tool_call("c1", "plain text", "k", False)  # type: ignore[arg-type]
+
+
+def test_claims_lifecycle_and_crash_recovery_listing(db_path: Path) -> None:
+    with StateStore(db_path) as s:
+        s.record_claim("did:a", "m1", 0, "m1.r0", "conv")
+        s.record_claim("did:a", "m2", 0, "m2.r0", "conv")
+        s.record_claim("did:a", "m3", 1, "m3.r1", "conv")
+        s.record_claim("did:b", "m4", 0, "m4.r0", "conv")
+        again = s.record_claim("did:a", "m1", 0, "m1.r0", "conv", status="streaming")
+        assert again.status == "pending"  # idempotent: the existing claim wins
+        s.update_claim_status("m1.r0", "streaming")
+        s.update_claim_status("m2.r0", "complete")
+        s.update_claim_status("m3.r1", "error", error_kind="rate_limit")
+        assert [c.reply_rkey for c in s.unfinished_claims("did:a")] == ["m1.r0"]
+        assert s.is_finished("m2.r0") and s.is_finished("m3.r1")
+        assert not s.is_finished("m1.r0") and not s.is_finished("missing")
+        assert s.get_claim("m3.r1").error_kind == "rate_limit"  # type: ignore[union-attr]
+        with pytest.raises(StateError):
+            s.update_claim_status("missing.r0", "complete")
+        with pytest.raises(ValueError):
+            s.update_claim_status("m1.r0", "done")  # type: ignore[arg-type]
+
+
+def test_error_ring_keeps_only_labels_and_the_newest(db_path: Path) -> None:
+    with StateStore(db_path) as s:
+        for i in range(ERRORS_KEPT + 15):
+            s.record_error("tool_error", record_key=f"m{i}.r0")
+        recent = s.recent_errors(3)
+        assert [e.record_key for e in recent] == [f"m{ERRORS_KEPT + 14}.r0", f"m{ERRORS_KEPT + 13}.r0", f"m{ERRORS_KEPT + 12}.r0"]
+        assert len(s.recent_errors(10_000)) == ERRORS_KEPT
+        with pytest.raises(ValueError):
+            s.record_error("the user asked about their medical results")
+
+
+def test_migration_from_an_empty_file(tmp_path: Path) -> None:
+    p = tmp_path / DB_FILENAME
+    p.write_bytes(b"")
+    with StateStore(p) as s:
+        assert s.schema_version == SCHEMA_VERSION
+        s.set_cursor("x", 1)
+    raw = sqlite3.connect(p)
+    tables = {r[0] for r in raw.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    assert {"cursors", "sessions", "claims", "tool_calls", "errors", "turns", "seen_events"} <= tables
+    assert raw.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    raw.close()
+
+
+def test_database_from_a_newer_version_is_refused(tmp_path: Path) -> None:
+    p = tmp_path / DB_FILENAME
+    raw = sqlite3.connect(p)
+    raw.execute(f"PRAGMA user_version = {SCHEMA_VERSION + 1}")
+    raw.close()
+    with pytest.raises(StateError, match="upgrade gelbridge"):
+        StateStore(p)
+
+
+def test_garbage_file_gives_a_clear_error(tmp_path: Path) -> None:
+    p = tmp_path / DB_FILENAME
+    p.write_bytes(b"this is not a database" * 100)
+    with pytest.raises(StateError, match="move it away"):
+        StateStore(p)
+
+
+def test_two_connections_see_each_other_and_do_not_double_begin(db_path: Path) -> None:
+    a = StateStore(db_path)
+    b = StateStore(db_path)
+    a.set_cursor("src", 10)
+    assert b.get_cursor("src") == 10
+    results: list[bool] = []
+    barrier = threading.Barrier(2)
+
+    def begin(store: StateStore) -> None:
+        barrier.wait(timeout=5)
+        for i in range(50):
+            results.append(store.begin_tool_call("did:a", f"c{i}", "m.r0", "t", "d").new)
+
+    threads = [threading.Thread(target=begin, args=(st,)) for st in (a, b)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=30)
+    assert results.count(True) == 50 and results.count(False) == 50
+    a.close()
+    b.close()
+
+
+async def test_usable_from_asyncio_directly_and_via_to_thread(db_path: Path) -> None:
+    with StateStore(db_path) as s:
+        await asyncio.gather(*(asyncio.to_thread(s.set_cursor, f"s{i}", i) for i in range(20)))
+        s.set_cursor("direct", 1)
+        assert [s.get_cursor(f"s{i}") for i in range(20)] == list(range(20))
+
+
+def test_files_are_owner_only(db_path: Path) -> None:
+    with StateStore(db_path) as s:
+        s.save_session("did:a", {"accessJwt": "secret-token"})
+        for p in [db_path, db_path.with_name(DB_FILENAME + "-wal")]:
+            assert p.exists()
+            assert stat.S_IMODE(p.stat().st_mode) == 0o600, p
+    assert stat.S_IMODE(db_path.parent.stat().st_mode) & 0o077 == 0
+
+
+def test_loose_permissions_on_an_existing_file_are_tightened(tmp_path: Path) -> None:
+    p = tmp_path / DB_FILENAME
+    StateStore(p).close()
+    os.chmod(p, 0o644)
+    StateStore(p).close()
+    assert stat.S_IMODE(p.stat().st_mode) == 0o600
+
+
+def test_seen_events_prune_by_age(db_path: Path) -> None:
+    now = [1000.0]
+    with StateStore(db_path, clock=lambda: now[0]) as s:
+        s.mark_seen("did:a", "r1", "c1")
+        now[0] = 2000.0
+        s.mark_seen("did:a", "r2", "c2")
+        assert s.prune_seen(500) == 1
+        assert not s.was_seen("did:a", "r1", "c1") and s.was_seen("did:a", "r2", "c2")
+
+
+def test_open_state_uses_the_configured_dir(tmp_path: Path) -> None:
+    from gelbridge.config import load_config
+
+    settings = load_config(env={"GELBRIDGE_STATE_DIR": str(tmp_path / "st")})
+    with open_state(settings) as s:
+        assert s.path == tmp_path / "st" / DB_FILENAME
