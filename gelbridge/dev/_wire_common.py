@@ -1,0 +1,228 @@
+"""Provider-neutral script of what the local model answers, plus pure helpers.
+
+A test queues `Turn`s (and failure items) on a `ModelServer`; every provider route
+renders the same item in its own wire format, so one script drives any adapter.
+Everything here is pure: no I/O, no clocks, no globals.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any, Mapping, Sequence, Union
+
+#: Neutral finish reasons understood by every renderer. Any other string is passed
+#: through unchanged to the provider field (to test adapters against odd values).
+FINISH_STOP = "stop"
+FINISH_LENGTH = "length"
+FINISH_TOOL_CALLS = "tool_calls"
+FINISH_CONTENT_FILTER = "content_filter"
+
+
+@dataclass(frozen=True)
+class ToolCall:
+    """One function call the model makes; `arguments` is a JSON object (dict)."""
+
+    name: str
+    arguments: Mapping[str, Any] = field(default_factory=dict)
+    id: str | None = None
+
+
+@dataclass(frozen=True)
+class Turn:
+    """One scripted model answer.
+
+    - `reasoning`: visible reasoning/thinking text (Anthropic thinking block, OpenAI
+      `reasoning_content`, Gemini `thought: true` part, Ollama `thinking`).
+    - `reasoning_signature`: opaque signature (Anthropic `signature`, Gemini
+      `thoughtSignature`); a signature with empty `reasoning` yields an empty signed
+      thinking block on Anthropic.
+    - `redacted_reasoning`: opaque data of an Anthropic `redacted_thinking` block (other
+      providers have no equivalent and ignore it).
+    - `usage`: `(input_tokens, output_tokens, reasoning_tokens)`; output includes
+      reasoning, as OpenAI/Anthropic count it (Gemini's candidatesTokenCount is
+      rendered as output - reasoning). None: estimated from the text lengths.
+    - `finish`: neutral finish reason; None means `tool_calls` when there are tool
+      calls, else `stop`.
+    - `chunk_size`: characters per streamed text/argument fragment (None: server
+      default). `chunk_delay`: seconds slept between streamed frames.
+    """
+
+    text: str = ""
+    reasoning: str = ""
+    reasoning_signature: str | None = None
+    redacted_reasoning: str | None = None
+    tool_calls: Sequence[ToolCall] = ()
+    usage: tuple[int, int, int] | None = None
+    finish: str | None = None
+    chunk_size: int | None = None
+    chunk_delay: float = 0.0
+
+
+@dataclass(frozen=True)
+class Fail:
+    """Answer with an HTTP error in the provider's error shape (and Retry-After)."""
+
+    status: int = 500
+    message: str = "scripted failure"
+    retry_after: float | None = None
+
+
+@dataclass(frozen=True)
+class MalformedBody:
+    """Answer 200 with a body that is not valid JSON (a single bad frame when streaming)."""
+
+    body: str = '{"malformed": '
+
+
+@dataclass(frozen=True)
+class CutStream:
+    """Serve `turn` (default: the echo answer) but drop the connection after
+    `after_chunks` frames (non-stream: after half of the body)."""
+
+    after_chunks: int = 1
+    turn: Turn | None = None
+
+
+@dataclass(frozen=True)
+class MidStreamError:
+    """Stream `after_chunks` frames of `turn`, then an in-stream error event in the
+    provider's shape (Anthropic `event: error`, OpenAI/Gemini `data: {"error":..}`,
+    Ollama `{"error": ..}` line). Non-stream requests get a plain `Fail(status)`."""
+
+    after_chunks: int = 1
+    status: int = 529
+    message: str = "scripted mid-stream error"
+    turn: Turn | None = None
+
+
+@dataclass(frozen=True)
+class Delay:
+    """Wait `seconds` (interrupted by server stop), then serve `then` (default: echo)."""
+
+    seconds: float
+    then: Union["Turn", Fail, MalformedBody, CutStream, MidStreamError, None] = None
+
+
+Item = Union[Turn, Fail, MalformedBody, CutStream, MidStreamError, Delay]
+#: A script is simply the FIFO sequence of items the server answers with.
+Script = Sequence[Item]
+
+
+@dataclass(frozen=True)
+class Usage:
+    input_tokens: int
+    output_tokens: int
+    reasoning_tokens: int
+
+    @property
+    def total_tokens(self) -> int:
+        return self.input_tokens + self.output_tokens
+
+
+@dataclass(frozen=True)
+class WireContext:
+    """Everything a renderer needs besides the turn; built once per request."""
+
+    model: str
+    seq: int  # per-server request number, used for deterministic ids
+    created: int  # unix seconds
+    prompt_text: str
+    chunk_size: int
+    include_usage: bool = False  # OpenAI stream_options.include_usage
+    openai_reasoning_field: str = "reasoning_content"
+    gemini_call_ids: bool = True
+
+
+# ---------------------------------------------------------------- pure helpers
+
+
+def chunks(text: str, size: int) -> list[str]:
+    """Split `text` into pieces of at most `size` characters (none for "")."""
+    size = max(1, size)
+    return [text[i : i + size] for i in range(0, len(text), size)]
+
+
+def arguments_json(call: ToolCall) -> str:
+    """Compact JSON of the call's arguments; a zero-argument call is `{}`."""
+    return json.dumps(dict(call.arguments), separators=(",", ":"), ensure_ascii=False)
+
+
+def estimate_tokens(text: str) -> int:
+    """Deterministic rough token count (4 characters per token, at least 1)."""
+    return max(1, (len(text) + 3) // 4)
+
+
+def resolve_usage(turn: Turn, prompt_text: str) -> Usage:
+    if turn.usage is not None:
+        i, o, r = turn.usage
+        return Usage(i, o, r)
+    reasoning = (len(turn.reasoning) + 3) // 4
+    generated = turn.text + "".join(arguments_json(c) + c.name for c in turn.tool_calls)
+    return Usage(estimate_tokens(prompt_text), estimate_tokens(generated) + reasoning, reasoning)
+
+
+def resolve_finish(turn: Turn) -> str:
+    if turn.finish:
+        return turn.finish
+    return FINISH_TOOL_CALLS if turn.tool_calls else FINISH_STOP
+
+
+def call_id(call: ToolCall, prefix: str, seq: int, index: int) -> str:
+    return call.id if call.id else f"{prefix}{seq:06d}_{index}"
+
+
+def _text_of(content: Any, *, allow_tool_results: bool = False) -> str:
+    """Text of a message content in any provider's shape (str, block list, parts)."""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, Mapping):
+        if isinstance(content.get("text"), str) and not content.get("thought"):
+            return content["text"]
+        if allow_tool_results and content.get("type") == "tool_result":
+            return _text_of(content.get("content"))
+        return ""
+    if isinstance(content, list):
+        texts = [_text_of(p, allow_tool_results=allow_tool_results) for p in content]
+        return "\n".join(t for t in texts if t)
+    return ""
+
+
+def last_user_text(body: Any) -> str:
+    """The last user-authored text of a request in OpenAI, Anthropic, Gemini or Ollama
+    shape; "" when there is none. Tolerates any malformed input."""
+    if not isinstance(body, Mapping):
+        return ""
+    messages = body.get("messages")
+    if not isinstance(messages, list):
+        messages = body.get("contents")
+    if not isinstance(messages, list):
+        return _text_of(body.get("prompt")) if "prompt" in body else ""
+    for message in reversed(messages):
+        if not isinstance(message, Mapping) or message.get("role", "user") != "user":
+            continue
+        text = _text_of(message.get("content", message.get("parts")))
+        if text:
+            return text
+    return ""
+
+
+def echo_turn(body: Any) -> Turn:
+    """The default deterministic model: repeat the last user text."""
+    return Turn(text=f"You said: {last_user_text(body)}")
+
+
+def prompt_text(body: Any) -> str:
+    """All text of the request, used only to estimate input tokens."""
+    if not isinstance(body, Mapping):
+        return ""
+    parts: list[str] = []
+    system = body.get("system") or body.get("systemInstruction") or body.get("system_instruction")
+    if system:
+        parts.append(_text_of(system if not isinstance(system, Mapping) else system.get("parts", system)))
+    for message in body.get("messages") or body.get("contents") or []:
+        if isinstance(message, Mapping):
+            parts.append(
+                _text_of(message.get("content", message.get("parts")), allow_tool_results=True)
+            )
+    return "\n".join(p for p in parts if p)
