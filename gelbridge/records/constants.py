@@ -1,0 +1,42 @@
+"""Collection NSIDs, union `$type` names and size limits of the chat.gel.assistant records."""
+
+from __future__ import annotations
+
+from typing import Final
+
+DEFS_NSID: Final = "chat.gel.assistant.defs"
+MESSAGE_COLLECTION: Final = "chat.gel.assistant.message"
+CONVERSATION_COLLECTION: Final = "chat.gel.assistant.conversation"
+SETTINGS_COLLECTION: Final = "chat.gel.assistant.settings"
+SETTINGS_RKEY: Final = "self"
+
+COLLECTIONS: Final = (MESSAGE_COLLECTION, CONVERSATION_COLLECTION, SETTINGS_COLLECTION)
+
+
+def defs_type(name: str) -> str:
+    """The full union `$type` of a def in chat.gel.assistant.defs (``#textPart`` → NSID#textPart)."""
+    return f"{DEFS_NSID}#{name.lstrip('#')}"
+
+
+ENCRYPTED_CONTENT_TYPE: Final = defs_type("encryptedContent")
+PLAIN_CONTENT_TYPE: Final = defs_type("plainContent")
+
+#: Largest record gelbridge accepts, as DAG-CBOR bytes. The firehose carries record
+#: blocks up to 1 MiB; a record larger than that cannot be in a repo.
+MAX_RECORD_BYTES: Final = 1024 * 1024
+
+ROLE_USER: Final = "user"
+ROLE_ASSISTANT: Final = "assistant"
+
+STATUS_PENDING: Final = "pending"
+STATUS_STREAMING: Final = "streaming"
+STATUS_COMPLETE: Final = "complete"
+STATUS_AWAITING_APPROVAL: Final = "awaitingApproval"
+STATUS_ERROR: Final = "error"
+STATUS_CANCELLED: Final = "cancelled"
+#: A reply in one of these states is finished: asking again for it does nothing.
+FINAL_STATUSES: Final = frozenset(
+    {STATUS_COMPLETE, STATUS_AWAITING_APPROVAL, STATUS_ERROR, STATUS_CANCELLED}
+)
+
+MAX_ATTEMPT: Final = 1000

@@ -1,0 +1,575 @@
+"""Typed models of the chat.gel.assistant lexicons (``lexicons/chat/gel/assistant``).
+
+The models enforce every lexicon constraint (tests/records/test_lexicon_agreement.py
+walks the lexicon files and proves it):
+
+- string ``maxLength`` counts UTF-8 bytes and ``maxGraphemes`` counts extended
+  grapheme clusters, as the atproto lexicon spec says;
+- ``knownValues`` are open: an unknown ``role`` or ``status`` is kept, not rejected;
+- unions are open too: a part whose ``$type`` gelbridge does not know is kept as an
+  :class:`UnknownPart` and written back unchanged. A ``content``/``instructions``
+  union member gelbridge does not know is a :class:`RecordError` (nothing to answer);
+- fields gelbridge does not model are kept (``model_extra``) and written back.
+
+Read with ``Model.from_value(value)`` (atproto JSON form or CBOR form), write with
+``model.to_value()`` (atproto JSON form, ``$type`` set, unset optional fields left out).
+Python attribute names are snake_case; the wire names are camelCase.
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import UTC, datetime
+from typing import Annotated, Any, ClassVar, Literal, Self, Union
+
+import regex
+from annotated_types import Ge, Le, MaxLen
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Discriminator,
+    Field,
+    PlainSerializer,
+    Tag,
+    ValidationError,
+    model_validator,
+)
+from pydantic.alias_generators import to_camel
+
+from gelbridge.errors import RecordError
+from gelbridge.records.codec import b64encode, cbor_size, decode_bytes, decode_link, to_json_form
+from gelbridge.records.constants import (
+    CONVERSATION_COLLECTION,
+    ENCRYPTED_CONTENT_TYPE,
+    MAX_RECORD_BYTES,
+    MESSAGE_COLLECTION,
+    PLAIN_CONTENT_TYPE,
+    SETTINGS_COLLECTION,
+    defs_type,
+)
+
+# --- constrained scalar types ----------------------------------------------------------
+
+_GRAPHEME = regex.compile(r"\X")
+
+
+def utf8_len(s: str) -> int:
+    """Length of ``s`` in UTF-8 bytes (lexicon ``maxLength`` unit for strings)."""
+    return len(s) if s.isascii() else len(s.encode("utf-8"))
+
+
+def grapheme_len(s: str) -> int:
+    """Number of extended grapheme clusters in ``s`` (lexicon ``maxGraphemes`` unit)."""
+    return sum(1 for _ in _GRAPHEME.finditer(s))
+
+
+def _string_check(max_bytes: int | None, max_graphemes: int | None) -> Any:
+    def check(s: str) -> str:
+        n = len(s)
+        if max_bytes is not None and n * 4 > max_bytes:
+            if n > max_bytes:
+                raise ValueError(f"longer than {max_bytes} UTF-8 bytes")
+            try:
+                if utf8_len(s) > max_bytes:
+                    raise ValueError(f"longer than {max_bytes} UTF-8 bytes")
+            except UnicodeEncodeError:
+                raise ValueError("not valid UTF-8 (lone surrogate)") from None
+        if max_graphemes is not None and n > max_graphemes and grapheme_len(s) > max_graphemes:
+            raise ValueError(f"longer than {max_graphemes} graphemes")
+        return s
+
+    return check
+
+
+def LexStr(max_bytes: int | None = None, max_graphemes: int | None = None) -> Any:  # noqa: N802
+    """A lexicon string with ``maxLength`` (UTF-8 bytes) and ``maxGraphemes`` limits."""
+    return Annotated[str, AfterValidator(_string_check(max_bytes, max_graphemes))]
+
+
+_DATETIME_RE = re.compile(
+    r"[0-9]{4}-[01][0-9]-[0-3][0-9]T[0-2][0-9]:[0-6][0-9]:[0-6][0-9](\.[0-9]{1,20})?"
+    r"(Z|[+-][0-2][0-9]:[0-5][0-9])"
+)
+
+
+def _check_datetime(s: str) -> str:
+    if len(s) > 64 or not _DATETIME_RE.fullmatch(s) or s.endswith("-00:00"):
+        raise ValueError("not an atproto datetime (RFC 3339 with timezone, e.g. 2025-01-31T12:00:00.000Z)")
+    try:
+        datetime.fromisoformat(s[:19])
+    except ValueError:
+        raise ValueError("not a valid calendar date/time") from None
+    return s
+
+
+_URI_RE = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*:[^\s]+")
+
+
+def _check_uri(s: str) -> str:
+    if len(s) > 8192 or not _URI_RE.fullmatch(s):
+        raise ValueError("not a URI (scheme:rest, no whitespace, at most 8 KB)")
+    return s
+
+
+Datetime = Annotated[str, AfterValidator(_check_datetime)]
+"""An atproto ``datetime`` string, kept as written so records round-trip byte for byte."""
+
+Uri = Annotated[str, AfterValidator(_check_uri)]
+
+_bytes_ser = PlainSerializer(lambda b: {"$bytes": b64encode(b)})
+
+
+def LexBytes(max_length: int) -> Any:  # noqa: N802
+    """A lexicon ``bytes`` field: raw bytes (CBOR) or ``{"$bytes": b64}`` (JSON) in."""
+    return Annotated[bytes, BeforeValidator(decode_bytes), MaxLen(max_length), _bytes_ser]
+
+
+CidLink = Annotated[str, BeforeValidator(decode_link), PlainSerializer(lambda c: {"$link": c})]
+"""A CID link, held as its string form; written as ``{"$link": cid}``."""
+
+NonNegInt = Annotated[int, Ge(0)]
+
+
+def now_datetime() -> str:
+    """The current time as an atproto datetime string (UTC, milliseconds, ``Z``)."""
+    return datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+# --- errors -------------------------------------------------------------------------------
+
+
+def _loc_str(loc: tuple[Any, ...]) -> str:
+    out = ""
+    for p in loc:
+        if isinstance(p, int):
+            out += f"[{p}]"
+        elif "#" in p or p in ("unknown", "blob") or p.startswith("function-"):
+            continue
+        else:
+            out += f".{p}" if out else p
+    return out or "(top level)"
+
+
+def record_error(e: ValidationError, what: str) -> RecordError:
+    """A RecordError naming the first bad field; never includes field values."""
+    errs = e.errors(include_url=False, include_input=False, include_context=False)
+    first = errs[0]
+    msg = first["msg"].removeprefix("Value error, ")
+    more = f" (and {len(errs) - 1} more problem{'s' if len(errs) > 2 else ''})" if len(errs) > 1 else ""
+    return RecordError(f"{what}: field {_loc_str(first['loc'])}: {msg}{more}")
+
+
+# --- base -----------------------------------------------------------------------------------
+
+
+class LexObject(BaseModel):
+    """Base of every lexicon object: strict types, camelCase wire names, extras kept."""
+
+    model_config = ConfigDict(
+        alias_generator=to_camel,
+        validate_by_name=True,
+        validate_by_alias=True,
+        serialize_by_alias=True,
+        strict=True,
+        extra="allow",
+        frozen=True,
+    )
+
+    #: The lexicon type this model implements (``nsid`` or ``nsid#name``).
+    LEXICON_TYPE: ClassVar[str] = ""
+
+    @model_validator(mode="after")
+    def _extras_to_json_form(self) -> Self:
+        extra = self.__pydantic_extra__
+        if extra:
+            for k, v in extra.items():
+                if isinstance(v, (dict, list, bytes)):
+                    extra[k] = to_json_form(v)
+        return self
+
+    @classmethod
+    def from_value(cls, value: Any, *, uri: str | None = None) -> Self:
+        """Validate a decoded value (atproto JSON or CBOR form); RecordError if invalid."""
+        what = f"record {uri}" if uri else f"{cls.LEXICON_TYPE or cls.__name__} value"
+        if not isinstance(value, dict):
+            raise RecordError(f"{what}: expected an object, got {type(value).__name__}")
+        try:
+            return cls.model_validate(value, by_alias=True, by_name=False)
+        except ValidationError as e:
+            raise record_error(e, what) from None
+
+    def to_value(self) -> dict[str, Any]:
+        """The atproto JSON form, ``$type`` included, unset optional fields left out."""
+        return self.model_dump(by_alias=True, exclude_none=True)
+
+
+def _type_field(t: str) -> Any:
+    return Field(t, alias="$type")
+
+
+# --- blobs ------------------------------------------------------------------------------------
+
+
+class BlobRef(LexObject):
+    """A blob reference: ``{"$type": "blob", "ref": {"$link": cid}, "mimeType", "size"}``."""
+
+    LEXICON_TYPE: ClassVar[str] = "blob"
+
+    type: Literal["blob"] = Field(alias="$type")
+    ref: CidLink
+    mime_type: LexStr(256)
+    size: NonNegInt
+
+    @classmethod
+    def of(cls, ref: str, mime_type: str, size: int) -> BlobRef:
+        """Build a blob ref in code (``$type`` filled in)."""
+        return cls(type="blob", ref=ref, mime_type=mime_type, size=size)
+
+
+def _blob_limits(accept: tuple[str, ...], max_size: int) -> Any:
+    def check(b: BlobRef) -> BlobRef:
+        mime = b.mime_type.lower()
+        if not any(
+            a == "*/*" or a == mime or (a.endswith("/*") and mime.startswith(a[:-1])) for a in accept
+        ):
+            raise ValueError(f"blob mimeType {b.mime_type!r} not accepted (accepts {', '.join(accept)})")
+        if b.size > max_size:
+            raise ValueError(f"blob larger than {max_size} bytes")
+        return b
+
+    return AfterValidator(check)
+
+
+def Blob(accept: tuple[str, ...], max_size: int) -> Any:  # noqa: N802
+    """A blob field with the lexicon's ``accept`` and ``maxSize``."""
+    return Annotated[BlobRef, _blob_limits(accept, max_size)]
+
+
+# --- defs: small objects ---------------------------------------------------------------------
+
+ProviderData = LexStr(100_000)
+Effort = str  # knownValues none, low, medium, high, max (open)
+
+
+class ModelRef(LexObject):
+    LEXICON_TYPE: ClassVar[str] = defs_type("modelRef")
+
+    provider: LexStr(128)
+    id: LexStr(256)
+
+
+class GenerationRequest(LexObject):
+    """Present on a user message = "please reply" (reply key ``K.r{attempt}``)."""
+
+    LEXICON_TYPE: ClassVar[str] = defs_type("generationRequest")
+
+    attempt: Annotated[int, Ge(0), Le(1000)] = 0
+    effort: Effort | None = None
+    model: ModelRef | None = None
+    tools: Annotated[list[LexStr(128)], MaxLen(64)] | None = None
+
+
+class Usage(LexObject):
+    LEXICON_TYPE: ClassVar[str] = defs_type("usage")
+
+    input_tokens: NonNegInt | None = None
+    output_tokens: NonNegInt | None = None
+    reasoning_tokens: NonNegInt | None = None
+
+
+class ReplyError(LexObject):
+    """``chat.gel.assistant.message#error``: why a reply failed (never user content)."""
+
+    LEXICON_TYPE: ClassVar[str] = "chat.gel.assistant.message#error"
+
+    kind: str
+    message: LexStr(3000)
+
+
+# --- parts --------------------------------------------------------------------------------------
+
+
+class TextPart(LexObject):
+    LEXICON_TYPE: ClassVar[str] = defs_type("textPart")
+
+    type: Literal["chat.gel.assistant.defs#textPart"] = _type_field(defs_type("textPart"))
+    text: LexStr(500_000)
+    provider_data: ProviderData | None = None
+
+
+class ReasoningPart(LexObject):
+    LEXICON_TYPE: ClassVar[str] = defs_type("reasoningPart")
+
+    type: Literal["chat.gel.assistant.defs#reasoningPart"] = _type_field(defs_type("reasoningPart"))
+    text: LexStr(500_000) | None = None
+    provider_data: ProviderData | None = None
+
+
+class ImagePart(LexObject):
+    LEXICON_TYPE: ClassVar[str] = defs_type("imagePart")
+
+    type: Literal["chat.gel.assistant.defs#imagePart"] = _type_field(defs_type("imagePart"))
+    image: Blob(("image/png", "image/jpeg", "image/webp", "image/gif"), 20_000_000)
+    alt: LexStr(10_000, 1_000) | None = None
+
+
+class ExtractedText(LexObject):
+    LEXICON_TYPE: ClassVar[str] = defs_type("extractedText")
+
+    text: Blob(("text/plain",), 20_000_000)
+    method: str  # knownValues text, ocr (open)
+
+
+class FilePart(LexObject):
+    LEXICON_TYPE: ClassVar[str] = defs_type("filePart")
+
+    type: Literal["chat.gel.assistant.defs#filePart"] = _type_field(defs_type("filePart"))
+    file: Blob(("*/*",), 50_000_000)
+    name: LexStr(1024) | None = None
+    extracted: ExtractedText | None = None
+
+
+class ToolCallPart(LexObject):
+    LEXICON_TYPE: ClassVar[str] = defs_type("toolCallPart")
+
+    type: Literal["chat.gel.assistant.defs#toolCallPart"] = _type_field(defs_type("toolCallPart"))
+    call_id: LexStr(256)
+    tool: LexStr(128)
+    input: LexStr(200_000)
+    approval: str | None = None  # knownValues pending, approved, denied (open)
+    source: LexStr(1024) | None = None
+    provider_data: ProviderData | None = None
+
+
+class ToolResultPart(LexObject):
+    LEXICON_TYPE: ClassVar[str] = defs_type("toolResultPart")
+
+    type: Literal["chat.gel.assistant.defs#toolResultPart"] = _type_field(defs_type("toolResultPart"))
+    call_id: LexStr(256)
+    output: LexStr(500_000)
+    is_error: bool = False
+    output_blob: Blob(("*/*",), 50_000_000) | None = None
+
+
+class ToolApprovalPart(LexObject):
+    LEXICON_TYPE: ClassVar[str] = defs_type("toolApprovalPart")
+
+    type: Literal["chat.gel.assistant.defs#toolApprovalPart"] = _type_field(defs_type("toolApprovalPart"))
+    call_id: LexStr(256)
+    approved: bool
+    reason: LexStr(3000) | None = None
+
+
+class SourcePart(LexObject):
+    LEXICON_TYPE: ClassVar[str] = defs_type("sourcePart")
+
+    type: Literal["chat.gel.assistant.defs#sourcePart"] = _type_field(defs_type("sourcePart"))
+    url: Uri
+    title: LexStr(3000, 300) | None = None
+
+
+class UnknownPart(LexObject):
+    """A part whose ``$type`` gelbridge does not know: kept whole, written back as is."""
+
+    type: LexStr(512) = Field(alias="$type")
+
+
+KNOWN_PARTS: dict[str, type[LexObject]] = {
+    cls.LEXICON_TYPE: cls
+    for cls in (
+        TextPart,
+        ReasoningPart,
+        ImagePart,
+        FilePart,
+        ToolCallPart,
+        ToolResultPart,
+        ToolApprovalPart,
+        SourcePart,
+    )
+}
+
+
+def _part_tag(v: Any) -> str | None:
+    t = v.get("$type") if isinstance(v, dict) else getattr(v, "type", None)
+    if t in KNOWN_PARTS:
+        return "unknown" if isinstance(v, UnknownPart) else t
+    return "unknown" if isinstance(t, str) and t else None
+
+
+Part = Annotated[
+    Union[
+        Annotated[TextPart, Tag(TextPart.LEXICON_TYPE)],
+        Annotated[ReasoningPart, Tag(ReasoningPart.LEXICON_TYPE)],
+        Annotated[ImagePart, Tag(ImagePart.LEXICON_TYPE)],
+        Annotated[FilePart, Tag(FilePart.LEXICON_TYPE)],
+        Annotated[ToolCallPart, Tag(ToolCallPart.LEXICON_TYPE)],
+        Annotated[ToolResultPart, Tag(ToolResultPart.LEXICON_TYPE)],
+        Annotated[ToolApprovalPart, Tag(ToolApprovalPart.LEXICON_TYPE)],
+        Annotated[SourcePart, Tag(SourcePart.LEXICON_TYPE)],
+        Annotated[UnknownPart, Tag("unknown")],
+    ],
+    Discriminator(
+        _part_tag,
+        custom_error_type="missing_type",
+        custom_error_message="a part needs a $type string",
+    ),
+]
+"""One message part: a known part model, or UnknownPart for any other ``$type``."""
+
+
+# --- content ----------------------------------------------------------------------------------
+
+
+class PlainContent(LexObject):
+    """The parts of a message in order; this is what an encryptedContent seals."""
+
+    LEXICON_TYPE: ClassVar[str] = PLAIN_CONTENT_TYPE
+
+    type: Literal["chat.gel.assistant.defs#plainContent"] = _type_field(PLAIN_CONTENT_TYPE)
+    parts: Annotated[list[Part], MaxLen(1000)]
+
+
+class EncryptedContent(LexObject):
+    """A sealed value (PROTOCOL.md §2). ``nonce``/``ciphertext`` are raw bytes here."""
+
+    LEXICON_TYPE: ClassVar[str] = ENCRYPTED_CONTENT_TYPE
+
+    type: Literal["chat.gel.assistant.defs#encryptedContent"] = _type_field(ENCRYPTED_CONTENT_TYPE)
+    scheme: LexStr(128)
+    key_id: LexStr(128)
+    nonce: LexBytes(64)
+    ciphertext: LexBytes(1_000_000)
+    blobs: Annotated[list[BlobRef], MaxLen(100)] | None = None
+
+    def __repr__(self) -> str:
+        return (
+            f"EncryptedContent(scheme={self.scheme!r}, key_id={self.key_id!r}, "
+            f"nonce=<{len(self.nonce)} bytes>, ciphertext=<{len(self.ciphertext)} bytes>)"
+        )
+
+    __str__ = __repr__
+
+
+def _content_tag(v: Any) -> str | None:
+    return v.get("$type") if isinstance(v, dict) else getattr(v, "type", None)
+
+
+Content = Annotated[
+    Union[
+        Annotated[EncryptedContent, Tag(ENCRYPTED_CONTENT_TYPE)],
+        Annotated[PlainContent, Tag(PLAIN_CONTENT_TYPE)],
+    ],
+    Discriminator(
+        _content_tag,
+        custom_error_type="content_type",
+        custom_error_message=(
+            f"$type must be {ENCRYPTED_CONTENT_TYPE} or {PLAIN_CONTENT_TYPE}"
+        ),
+    ),
+]
+"""Sealed or plain content (a union; ``$type`` required)."""
+
+
+# --- records -------------------------------------------------------------------------------------
+
+_Tools = Annotated[list[LexStr(128)], MaxLen(64)]
+
+
+class _Record(LexObject):
+    @classmethod
+    def from_value(cls, value: Any, *, uri: str | None = None) -> Self:
+        """Validate a record value; also rejects records too large for a repo."""
+        if isinstance(value, dict):
+            t = value.get("$type")
+            if t is not None and t != cls.LEXICON_TYPE:
+                what = f"record {uri}" if uri else f"{cls.LEXICON_TYPE} record"
+                raise RecordError(f"{what}: $type is {t!r}, expected {cls.LEXICON_TYPE!r}")
+            size = cbor_size(value)
+            if size > MAX_RECORD_BYTES:
+                what = f"record {uri}" if uri else f"{cls.LEXICON_TYPE} record"
+                raise RecordError(
+                    f"{what} is too large: about {size} bytes as DAG-CBOR, limit {MAX_RECORD_BYTES};"
+                    " move large content into blobs"
+                )
+        return super().from_value(value, uri=uri)
+
+
+class MessageRecord(_Record):
+    """``chat.gel.assistant.message``: a user message or an assistant reply."""
+
+    LEXICON_TYPE: ClassVar[str] = MESSAGE_COLLECTION
+
+    type: Literal["chat.gel.assistant.message"] = _type_field(MESSAGE_COLLECTION)
+    conversation: LexStr(512)
+    role: str  # knownValues user, assistant (open)
+    parent: LexStr(512) | None = None
+    content: Content
+    generation: GenerationRequest | None = None
+    model: ModelRef | None = None
+    effort: Effort | None = None
+    usage: Usage | None = None
+    status: str | None = None
+    finish_reason: str | None = None
+    error: ReplyError | None = None
+    created_at: Datetime
+    updated_at: Datetime | None = None
+
+    @property
+    def is_sealed(self) -> bool:
+        """True if the content is an encryptedContent."""
+        return isinstance(self.content, EncryptedContent)
+
+
+class ConversationRecord(_Record):
+    """``chat.gel.assistant.conversation``: optional per-conversation settings."""
+
+    LEXICON_TYPE: ClassVar[str] = CONVERSATION_COLLECTION
+
+    type: Literal["chat.gel.assistant.conversation"] = _type_field(CONVERSATION_COLLECTION)
+    created_at: Datetime
+    instructions: Content | None = None
+    model: ModelRef | None = None
+    tools: _Tools | None = None
+
+
+class SettingsRecord(_Record):
+    """``chat.gel.assistant.settings`` (key ``self``): the user's defaults."""
+
+    LEXICON_TYPE: ClassVar[str] = SETTINGS_COLLECTION
+
+    type: Literal["chat.gel.assistant.settings"] = _type_field(SETTINGS_COLLECTION)
+    model: ModelRef | None = None
+    tools: _Tools | None = None
+    effort: Effort | None = None
+
+
+RecordModel = MessageRecord | ConversationRecord | SettingsRecord
+
+RECORD_MODELS: dict[str, type[_Record]] = {
+    MESSAGE_COLLECTION: MessageRecord,
+    CONVERSATION_COLLECTION: ConversationRecord,
+    SETTINGS_COLLECTION: SettingsRecord,
+}
+
+#: Every lexicon object type → its model (the lexicon agreement test walks this).
+MODELS_BY_TYPE: dict[str, type[LexObject]] = {
+    **RECORD_MODELS,
+    **KNOWN_PARTS,
+    ReplyError.LEXICON_TYPE: ReplyError,
+    ModelRef.LEXICON_TYPE: ModelRef,
+    GenerationRequest.LEXICON_TYPE: GenerationRequest,
+    Usage.LEXICON_TYPE: Usage,
+    ExtractedText.LEXICON_TYPE: ExtractedText,
+    PlainContent.LEXICON_TYPE: PlainContent,
+    EncryptedContent.LEXICON_TYPE: EncryptedContent,
+}
+
+
+def parse_record(collection: str, value: Any, *, uri: str | None = None) -> RecordModel:
+    """Validate a record of one of the chat.gel.assistant collections."""
+    cls = RECORD_MODELS.get(collection)
+    if cls is None:
+        raise RecordError(f"record {uri or ''}: collection {collection!r} is not a chat.gel.assistant record")
+    return cls.from_value(value, uri=uri)  # type: ignore[return-value]

@@ -1,0 +1,421 @@
+"""Sealing (PROTOCOL.md §2, scheme ``xchacha20poly1305-v1``) and the keyring.
+
+A sealed value is an ``encryptedContent``: XChaCha20-Poly1305 (IETF) over the UTF-8
+JSON of the value in atproto JSON form, with associated data
+``scheme + "\\n" + uri + "\\n" + keyId`` binding it to the record that holds it.
+Encrypted blobs are ``nonce ‖ AEAD`` with associated data ``scheme + "\\nblob\\n" + keyId``.
+
+Nothing here logs, and no error message contains key bytes or plaintext.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+import os
+import re
+import secrets
+import tempfile
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Final
+
+from nacl.bindings import (
+    crypto_aead_xchacha20poly1305_ietf_decrypt,
+    crypto_aead_xchacha20poly1305_ietf_encrypt,
+)
+from nacl.exceptions import CryptoError
+
+from gelbridge.errors import (
+    DecryptError,
+    GelbridgeError,
+    KeyringError,
+    MalformedSealError,
+    MovedCiphertextError,
+    RecordError,
+    UnknownKeyError,
+    UnknownSchemeError,
+)
+from gelbridge.records.codec import b64encode
+from gelbridge.records.keys import AtUri
+from gelbridge.records.models import (
+    ConversationRecord,
+    EncryptedContent,
+    MessageRecord,
+    PlainContent,
+    RecordModel,
+    parse_record,
+)
+
+SCHEME: Final = "xchacha20poly1305-v1"
+KEY_BYTES: Final = 32
+NONCE_BYTES: Final = 24
+TAG_BYTES: Final = 16
+KEYRING_ENV: Final = "GELBRIDGE_KEYRING"
+
+_KEY_ID_RE = re.compile(r"[A-Za-z0-9._:-]{1,128}")
+
+
+def check_key_id(key_id: str) -> str:
+    """Return ``key_id`` if it is 1-128 characters of ``A-Za-z0-9._:-``; else KeyringError."""
+    if not isinstance(key_id, str) or not _KEY_ID_RE.fullmatch(key_id):
+        raise KeyringError(
+            f"invalid keyId {key_id!r}: use 1-128 characters of A-Za-z0-9 . _ : -"
+        )
+    return key_id
+
+
+# --- keyring ---------------------------------------------------------------------------------
+
+
+class Keyring(Mapping[str, bytes]):
+    """Named 32-byte keys. File form: ``{"keys": {"<keyId>": "<base64 of 32 bytes>"}}``.
+
+    ``repr``/``str`` show key ids only, never key bytes.
+    """
+
+    __slots__ = ("_keys",)
+
+    def __init__(self, keys: Mapping[str, bytes] | None = None) -> None:
+        self._keys: dict[str, bytes] = {}
+        for key_id, key in (keys or {}).items():
+            check_key_id(key_id)
+            if not isinstance(key, bytes) or len(key) != KEY_BYTES:
+                raise KeyringError(f"key {key_id!r} must be exactly {KEY_BYTES} bytes")
+            self._keys[key_id] = key
+
+    # Mapping interface
+    def __getitem__(self, key_id: str) -> bytes:
+        try:
+            return self._keys[key_id]
+        except KeyError:
+            raise UnknownKeyError(
+                f"keyId {key_id!r} is not in the keyring: add that key to the keyring file"
+            ) from None
+
+    def __contains__(self, key_id: object) -> bool:
+        return key_id in self._keys
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._keys)
+
+    def __len__(self) -> int:
+        return len(self._keys)
+
+    def __repr__(self) -> str:
+        return f"Keyring(key_ids={sorted(self._keys)!r})"
+
+    __str__ = __repr__
+
+    @classmethod
+    def parse(cls, data: Any, *, source: str = "keyring") -> Keyring:
+        """Build a keyring from the decoded JSON of a keyring file."""
+        if not isinstance(data, dict) or not isinstance(data.get("keys"), dict):
+            raise KeyringError(f'{source}: expected {{"keys": {{"<keyId>": "<base64 key>"}}}}')
+        keys: dict[str, bytes] = {}
+        for key_id, text in data["keys"].items():
+            check_key_id(key_id)
+            if not isinstance(text, str):
+                raise KeyringError(f"{source}: key {key_id!r} must be a base64 string")
+            try:
+                key = base64.b64decode(text, validate=True)
+            except (binascii.Error, ValueError):
+                raise KeyringError(f"{source}: key {key_id!r} is not standard base64") from None
+            if len(key) != KEY_BYTES:
+                raise KeyringError(
+                    f"{source}: key {key_id!r} is {len(key)} bytes, expected {KEY_BYTES}"
+                )
+            keys[key_id] = key
+        return cls(keys)
+
+    @classmethod
+    def load(cls, path: str | os.PathLike[str]) -> Keyring:
+        """Read a keyring file; KeyringError says what is wrong with it."""
+        p = Path(path).expanduser()
+        try:
+            text = p.read_text(encoding="utf-8")
+        except FileNotFoundError:
+            raise KeyringError(
+                f"keyring file {p} does not exist: create one with 'gelbridge keys new --keyring {p}'"
+            ) from None
+        except OSError as e:
+            raise KeyringError(f"cannot read keyring file {p}: {e.strerror}") from None
+        try:
+            data = json.loads(text)
+        except ValueError:
+            raise KeyringError(f"keyring file {p} is not valid JSON") from None
+        return cls.parse(data, source=f"keyring file {p}")
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> Keyring:
+        """Load the keyring named by ``$GELBRIDGE_KEYRING`` (a file path)."""
+        env = os.environ if environ is None else environ
+        path = env.get(KEYRING_ENV)
+        if not path:
+            raise KeyringError(f"no keyring: set {KEYRING_ENV} to the path of a keyring file")
+        return cls.load(path)
+
+    def add_new(self, key_id: str | None = None) -> str:
+        """Add a fresh random key and return its id (generated when not given)."""
+        if key_id is None:
+            key_id = "k-" + secrets.token_hex(8)
+        check_key_id(key_id)
+        if key_id in self._keys:
+            raise KeyringError(f"keyId {key_id!r} is already in the keyring: choose another id")
+        self._keys[key_id] = secrets.token_bytes(KEY_BYTES)
+        return key_id
+
+    def to_json(self) -> dict[str, Any]:
+        """The file form. Holds key bytes: write it only to the keyring file."""
+        return {"keys": {k: base64.b64encode(v).decode("ascii") for k, v in self._keys.items()}}
+
+    def save(self, path: str | os.PathLike[str]) -> None:
+        """Write the keyring file atomically with mode 0600."""
+        p = Path(path).expanduser()
+        p.parent.mkdir(parents=True, exist_ok=True)
+        data = (json.dumps(self.to_json(), indent=2, sort_keys=True) + "\n").encode("utf-8")
+        fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp", dir=p.parent)
+        try:
+            os.fchmod(fd, 0o600)
+            with os.fdopen(fd, "wb") as f:
+                f.write(data)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, p)
+        except BaseException:
+            try:
+                os.unlink(tmp)
+            except FileNotFoundError:
+                pass
+            raise
+
+
+# --- values -------------------------------------------------------------------------------------
+
+
+def _ad(uri: str, key_id: str) -> bytes:
+    return f"{SCHEME}\n{uri}\n{key_id}".encode()
+
+
+def _blob_ad(key_id: str) -> bytes:
+    return f"{SCHEME}\nblob\n{key_id}".encode()
+
+
+def _json_default(o: Any) -> Any:
+    if isinstance(o, (bytes, bytearray, memoryview)):
+        return {"$bytes": b64encode(bytes(o))}
+    raise TypeError(f"value of type {type(o).__name__} cannot be sealed as JSON")
+
+
+def _uri_str(uri: str | AtUri) -> str:
+    return str(uri) if isinstance(uri, AtUri) else str(AtUri.parse(uri))
+
+
+def seal_value(
+    value: dict[str, Any], *, uri: str | AtUri, key_id: str, keyring: Mapping[str, bytes]
+) -> EncryptedContent:
+    """Seal ``value`` (atproto JSON form; raw bytes become ``$bytes``) for record ``uri``."""
+    uri_s = _uri_str(uri)
+    check_key_id(key_id)
+    key = keyring[key_id]
+    try:
+        plaintext = json.dumps(
+            value, ensure_ascii=False, separators=(",", ":"), default=_json_default
+        ).encode("utf-8")
+    except (TypeError, ValueError) as e:
+        raise RecordError(f"cannot seal value for {uri_s}: {e}") from None
+    nonce = secrets.token_bytes(NONCE_BYTES)
+    ct = crypto_aead_xchacha20poly1305_ietf_encrypt(plaintext, _ad(uri_s, key_id), nonce, key)
+    return EncryptedContent(scheme=SCHEME, key_id=key_id, nonce=nonce, ciphertext=ct)
+
+
+def _check_sealed(enc: EncryptedContent, keyring: Mapping[str, bytes]) -> bytes:
+    if enc.scheme != SCHEME:
+        raise UnknownSchemeError(
+            f"unknown sealing scheme {enc.scheme!r}: gelbridge knows only {SCHEME!r}"
+        )
+    if len(enc.nonce) != NONCE_BYTES:
+        raise MalformedSealError(
+            f"nonce is {len(enc.nonce)} bytes, {SCHEME} needs {NONCE_BYTES}"
+        )
+    if len(enc.ciphertext) < TAG_BYTES:
+        raise MalformedSealError(
+            f"ciphertext is {len(enc.ciphertext)} bytes, shorter than the {TAG_BYTES}-byte tag"
+        )
+    return keyring[enc.key_id]
+
+
+def _try_open(enc: EncryptedContent, uri: str, key: bytes) -> bytes | None:
+    try:
+        return crypto_aead_xchacha20poly1305_ietf_decrypt(
+            enc.ciphertext, _ad(uri, enc.key_id), enc.nonce, key
+        )
+    except CryptoError:
+        return None
+
+
+def open_bytes(
+    enc: EncryptedContent,
+    *,
+    uri: str | AtUri,
+    keyring: Mapping[str, bytes],
+    candidate_uris: Iterable[str | AtUri] = (),
+) -> bytes:
+    """The authenticated plaintext bytes of ``enc`` sealed for ``uri``.
+
+    On failure each of ``candidate_uris`` is tried: if the ciphertext opens for one of
+    them it was copied from that record (MovedCiphertextError names it); otherwise the
+    key is wrong or the data was changed (DecryptError).
+    """
+    uri_s = str(uri)
+    key = _check_sealed(enc, keyring)
+    plaintext = _try_open(enc, uri_s, key)
+    if plaintext is not None:
+        return plaintext
+    for cand in candidate_uris:
+        cand_s = str(cand)
+        if cand_s != uri_s and _try_open(enc, cand_s, key) is not None:
+            err = MovedCiphertextError(
+                f"sealed content in {uri_s} was sealed for another record, {cand_s}: "
+                "it was copied and is not accepted here"
+            )
+            err.belongs_to = cand_s  # type: ignore[attr-defined]
+            raise err
+    raise DecryptError(
+        f"cannot open sealed content of {uri_s} with key {enc.key_id!r}: "
+        "the key is wrong or the record was changed"
+    )
+
+
+def open_value(
+    enc: EncryptedContent,
+    *,
+    uri: str | AtUri,
+    keyring: Mapping[str, bytes],
+    candidate_uris: Iterable[str | AtUri] = (),
+) -> dict[str, Any]:
+    """Open ``enc`` (sealed for ``uri``) and return the sealed JSON object."""
+    plaintext = open_bytes(enc, uri=uri, keyring=keyring, candidate_uris=candidate_uris)
+    try:
+        value = json.loads(plaintext)
+    except ValueError:
+        raise RecordError(f"sealed content of {uri} is not UTF-8 JSON") from None
+    if not isinstance(value, dict):
+        raise RecordError(f"sealed content of {uri} is not a JSON object")
+    return value
+
+
+def open_content(
+    enc: EncryptedContent,
+    *,
+    uri: str | AtUri,
+    keyring: Mapping[str, bytes],
+    candidate_uris: Iterable[str | AtUri] = (),
+) -> PlainContent:
+    """Open ``enc`` and validate it as a ``plainContent``."""
+    value = open_value(enc, uri=uri, keyring=keyring, candidate_uris=candidate_uris)
+    return PlainContent.from_value(value, uri=f"{uri} (sealed content)")
+
+
+def seal_content(
+    content: PlainContent, *, uri: str | AtUri, key_id: str, keyring: Mapping[str, bytes]
+) -> EncryptedContent:
+    """Seal a plainContent (``$type`` and every part's ``$type`` included) for ``uri``."""
+    return seal_value(content.to_value(), uri=uri, key_id=key_id, keyring=keyring)
+
+
+def content_of(
+    content: EncryptedContent | PlainContent,
+    *,
+    uri: str | AtUri,
+    keyring: Mapping[str, bytes] | None,
+    candidate_uris: Iterable[str | AtUri] = (),
+) -> PlainContent:
+    """The plain parts of a ``content``/``instructions`` union: opened if sealed."""
+    if isinstance(content, PlainContent):
+        return content
+    if keyring is None:
+        raise KeyringError(f"{uri} holds sealed content and no keyring was given")
+    return open_content(content, uri=uri, keyring=keyring, candidate_uris=candidate_uris)
+
+
+# --- blobs ------------------------------------------------------------------------------------
+
+
+def seal_blob(data: bytes, *, key_id: str, keyring: Mapping[str, bytes]) -> bytes:
+    """Encrypt a blob body: ``nonce ‖ AEAD(data)``, to upload as application/octet-stream."""
+    check_key_id(key_id)
+    key = keyring[key_id]
+    nonce = secrets.token_bytes(NONCE_BYTES)
+    return nonce + crypto_aead_xchacha20poly1305_ietf_encrypt(bytes(data), _blob_ad(key_id), nonce, key)
+
+
+def open_blob(body: bytes, *, key_id: str, keyring: Mapping[str, bytes]) -> bytes:
+    """Decrypt a blob body made by :func:`seal_blob`."""
+    key = keyring[key_id]
+    if len(body) < NONCE_BYTES + TAG_BYTES:
+        raise MalformedSealError(
+            f"encrypted blob is {len(body)} bytes, shorter than nonce and tag ({NONCE_BYTES + TAG_BYTES})"
+        )
+    try:
+        return crypto_aead_xchacha20poly1305_ietf_decrypt(
+            bytes(body[NONCE_BYTES:]), _blob_ad(key_id), bytes(body[:NONCE_BYTES]), key
+        )
+    except CryptoError:
+        raise DecryptError(
+            f"cannot open encrypted blob with key {key_id!r}: the key is wrong or the blob was changed"
+        ) from None
+
+
+# --- records ------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class OpenedRecord:
+    """One record with its sealed field opened, or the reason it could not be."""
+
+    uri: AtUri
+    cid: str | None
+    value: dict[str, Any]
+    record: RecordModel | None = None
+    content: PlainContent | None = None
+    error: GelbridgeError | None = None
+
+    def opened_value(self) -> dict[str, Any]:
+        """The record value with its sealed ``content``/``instructions`` replaced by the plainContent."""
+        if self.record is None:
+            return self.value
+        out = self.record.to_value()
+        if self.content is not None:
+            field = "instructions" if isinstance(self.record, ConversationRecord) else "content"
+            out[field] = self.content.to_value()
+        return out
+
+
+def open_record(
+    uri: AtUri,
+    cid: str | None,
+    value: dict[str, Any],
+    *,
+    keyring: Mapping[str, bytes] | None,
+    candidate_uris: Iterable[str | AtUri] = (),
+) -> OpenedRecord:
+    """Parse one chat.gel.assistant record and open its sealed field; errors are returned."""
+    try:
+        record = parse_record(uri.collection, value, uri=str(uri))
+    except GelbridgeError as e:
+        return OpenedRecord(uri, cid, value, error=e)
+    sealed = None
+    if isinstance(record, MessageRecord):
+        sealed = record.content
+    elif isinstance(record, ConversationRecord):
+        sealed = record.instructions
+    if sealed is None:
+        return OpenedRecord(uri, cid, value, record=record)
+    try:
+        content = content_of(sealed, uri=uri, keyring=keyring, candidate_uris=candidate_uris)
+    except GelbridgeError as e:
+        return OpenedRecord(uri, cid, value, record=record, error=e)
+    return OpenedRecord(uri, cid, value, record=record, content=content)
