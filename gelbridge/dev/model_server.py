@@ -495,9 +495,11 @@ class _Handler(BaseHTTPRequestHandler):
                     headers: Mapping[str, str] | None = None) -> None:
         self._start(status, content_type, headers or {})
         self.send_header("Content-Length", str(len(payload)))
-        self.end_headers()
+        # headers and body in one send: halves syscalls per answer (matters in benchmarks)
+        self._headers_buffer.append(b"\r\n")
         if self.command != "HEAD":
-            self.wfile.write(payload)
+            self._headers_buffer.append(payload)
+        self.flush_headers()
 
     def _send_json(self, status: int, obj: Any, headers: Mapping[str, str] | None = None) -> None:
         self._send_bytes(status, json.dumps(obj, ensure_ascii=False).encode(), "application/json", headers)
