@@ -269,3 +269,30 @@ def test_keepalive_serves_many_requests_on_one_connection(server: ModelServer) -
     assert time.monotonic() - start < 10
     assert len(server.requests) == 200
     assert threading.active_count() < 50
+
+
+@pytest.mark.parametrize(
+    ("field", "expect_content", "expect_extra"),
+    [
+        ("reasoning_content", "ok", {"reasoning_content": "hmm"}),
+        ("reasoning", "ok", {"reasoning": "hmm"}),
+        ("think_tags", "<think>hmm</think>ok", {}),
+        ("omit", "ok", {}),
+    ],
+)
+def test_openai_reasoning_rendering_options(field: str, expect_content: str, expect_extra: dict[str, str]) -> None:
+    with ModelServer(openai_reasoning_field=field) as srv:
+        srv.enqueue(Turn(text="ok", reasoning="hmm"))
+        msg = httpx.post(srv.url + "/v1/chat/completions", json={"model": "m", "messages": [USER]}).json()[
+            "choices"][0]["message"]
+    assert msg["content"] == expect_content
+    assert {k: msg[k] for k in ("reasoning_content", "reasoning") if k in msg} == expect_extra
+
+
+def test_gemini_function_call_ids_can_be_omitted() -> None:
+    with ModelServer(gemini_call_ids=False) as srv:
+        srv.enqueue(Turn(tool_calls=[ToolCall("f", {"a": 1}), ToolCall("g", id="given")]))
+        parts = httpx.post(srv.url + "/v1beta/models/g:generateContent", json=ROUTES["gemini"][2]).json()[
+            "candidates"][0]["content"]["parts"]
+    assert parts == [{"functionCall": {"name": "f", "args": {"a": 1}}},
+                     {"functionCall": {"name": "g", "args": {}, "id": "given"}}]
