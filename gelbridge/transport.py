@@ -157,10 +157,17 @@ class SSEEvent(NamedTuple):
     id: str | None
 
 
+_new_tuple = tuple.__new__  # builds an SSEEvent without NamedTuple's Python-level __new__
+
+
+def _utf8_decoder() -> codecs.IncrementalDecoder:
+    return codecs.getincrementaldecoder("utf-8")("replace")
+
+
 class SSEDecoder:
     """Incremental WHATWG ``text/event-stream`` decoder: bytes in, events out."""
 
-    __slots__ = ("_decode", "_line", "_skip_lf", "_data", "_data_len", "_event", "_last_id",
+    __slots__ = ("_inc", "_line", "_skip_lf", "_data", "_data_len", "_event", "_last_id",
                  "max_line_chars", "max_event_chars")
 
     def __init__(
@@ -169,8 +176,10 @@ class SSEDecoder:
         max_line_chars: int = DEFAULT_MAX_LINE_BYTES,
         max_event_chars: int = DEFAULT_MAX_EVENT_CHARS,
     ) -> None:
-        # utf-8-sig drops one leading BOM even when it is split across reads.
-        self._decode = codecs.getincrementaldecoder("utf-8-sig")("replace").decode
+        # Decoding: an incremental decoder only while it is needed (stream start, for a
+        # BOM split across reads; a character split across reads; invalid bytes), else
+        # plain bytes.decode, which is several times faster on the hot path.
+        self._inc: codecs.IncrementalDecoder | None = codecs.getincrementaldecoder("utf-8-sig")("replace")
         self._line = ""          # unterminated tail of the last read
         self._skip_lf = False    # last read ended in \r: a leading \n is its pair
         self._data: list[str] = []
@@ -182,7 +191,18 @@ class SSEDecoder:
 
     def feed(self, data: bytes) -> list[SSEEvent]:
         """Decode one read; return the events it completed (often none or one)."""
-        text = self._decode(data)
+        inc = self._inc
+        if inc is None:
+            try:
+                text = data.decode("utf-8")
+            except UnicodeDecodeError:
+                inc = self._inc = _utf8_decoder()
+                text = inc.decode(data)
+        else:
+            text = inc.decode(data)
+            pending, first = inc.getstate()
+            if not pending and not first:
+                self._inc = None
         if not text:
             return []
         if self._skip_lf:
@@ -211,7 +231,8 @@ class SSEDecoder:
     def close(self) -> list[SSEEvent]:
         """End of body: flush the decoder, treat an unterminated line as complete and
         dispatch a pending event (providers sometimes omit the final blank line)."""
-        text = self._decode(b"", True)
+        text = self._inc.decode(b"", True) if self._inc is not None else ""
+        self._inc = None
         lines: list[str] = []
         if text:
             if self._skip_lf and text[0] == "\n":
@@ -244,7 +265,7 @@ class SSEDecoder:
                         raise _framing_error(
                             f"server-sent event larger than {self.max_event_chars} characters"
                         )
-                    events.append(SSEEvent(self._event, "\n".join(data), self._last_id))
+                    events.append(_new_tuple(SSEEvent, (self._event, "\n".join(data), self._last_id)))
                     data = self._data = []
                     self._data_len = 0
                 self._event = None
