@@ -156,7 +156,6 @@ def test_store_extras_and_structured_output_name_are_extension_fields_the_schema
 
 
 def test_finish_reason_reads_both_malformed_spellings_and_emits_the_schemas():
-    resp = LuxResponse("r", "m", [])
     for spelling in ("malformed_function_call", "malformed_tool_call"):
         j = {"schema_version": "v1", "id": "r", "model": "m", "choices": [
             {"index": 0, "message": {"role": "assistant", "content": []}, "finish_reason": spelling}]}
@@ -360,3 +359,19 @@ def test_diagnostics_are_frozen_json_able_and_readable():
         d.field = "x"  # type: ignore[misc]
     env = Converted(_req(Text("x")), [d]).to_json()
     assert env["diagnostics"] == [d.to_json()] and env["value"]["model"] == "m"
+
+
+def test_provider_error_types_and_http_statuses_map_to_lux_error_kinds():
+    from gelbridge.lux import ErrorKind, normalize_error_kind
+    assert normalize_error_kind(429) is ErrorKind.RATE_LIMIT
+    assert normalize_error_kind("overloaded_error") is ErrorKind.SERVER_ERROR
+    assert normalize_error_kind("authentication_error") is ErrorKind.AUTHENTICATION
+    assert normalize_error_kind("x_weird") == "x_weird"
+
+
+def test_a_malformed_response_usage_is_dropped_with_a_diagnostic():
+    j = {"schema_version": "v1", "id": "r", "model": "m", "usage": [1, 2], "choices": [
+        {"index": 0, "message": {"role": "assistant", "content": []}, "finish_reason": "stop"}]}
+    out = decode_response(j)
+    assert out.value.usage is None
+    assert [(d.field, d.status) for d in out.diagnostics] == [("usage", ConversionStatus.INVALID)]
