@@ -36,7 +36,8 @@ class Turn:
       `reasoning_content`, Gemini `thought: true` part, Ollama `thinking`).
     - `reasoning_signature`: opaque signature (Anthropic `signature`, Gemini
       `thoughtSignature`); a signature with empty `reasoning` yields an empty signed
-      thinking block on Anthropic.
+      thinking block on Anthropic. It is sent verbatim; Gemini signatures are bytes
+      (base64 in JSON), so use base64 text when the google-genai SDK must decode it.
     - `redacted_reasoning`: opaque data of an Anthropic `redacted_thinking` block (other
       providers have no equivalent and ignore it).
     - `usage`: `(input_tokens, output_tokens, reasoning_tokens)`; output includes
