@@ -107,6 +107,11 @@ class AdapterLoadError(AdapterError):
 class SandboxViolation(AdapterError):
     """An adapter script exceeded a sandbox limit (CPU, wall clock, memory)."""
 
+    adapter: str | None = None
+    """The adapter's name."""
+    limit: str | None = None
+    """Which limit: time, instructions, memory, pattern or string_size."""
+
 
 class ProviderError(GelbridgeError):
     """The model provider answered with an error, or could not be reached.

@@ -1,0 +1,391 @@
+-- gelbridge JSON for adapter sandboxes (Lua 5.4 and LuaJIT 2.1).
+--
+-- Loaded by the host before any adapter script and before the sandbox removes
+-- libraries, so it captures the original string functions as upvalues.
+-- Rules (see gelbridge/adapters/__init__.py for the full contract):
+--   * json.decode(s) -> value, or nil plus a message on bad input (never raises).
+--     null -> nil (in arrays it leaves a hole; trailing nulls are dropped on re-encode).
+--     Integers stay integers (Lua 5.4 integer subtype; LuaJIT: exact up to 2^53).
+--     Numbers out of double range decode to +-math.huge.
+--     Arrays get the marker metatable "json.array", so [] stays [] on re-encode.
+--   * json.encode(v) -> string; raises on functions, cycles, too deep nesting,
+--     non-string/number keys, NaN/inf encode as null.
+--     A table is an array when it carries the "json.array" marker or when all its
+--     keys are positive integers (holes become null); otherwise an object.
+--     An empty table with no marker encodes as {}. Object keys are sorted.
+--   * json.array(t?) marks t (or a new table) as an array; json.empty_array is a
+--     read-only empty array; json.object(t?) forces object encoding.
+
+local byte, sub, find, char, format, gsub, rep =
+  string.byte, string.sub, string.find, string.char, string.format, string.gsub, string.rep
+local concat, sort = table.concat, table.sort
+local tostring, tonumber, type, next, pcall, error, setmetatable, getmetatable, select =
+  tostring, tonumber, type, next, pcall, error, setmetatable, getmetatable, select
+local floor, huge = math.floor, math.huge
+local mtype = math.type -- nil on LuaJIT
+local is_jit = rawget(_G, "jit") ~= nil
+
+local MAX_DEPTH = 128
+local ARRAY, OBJECT = "json.array", "json.object"
+local array_mt = { __metatable = ARRAY }
+local object_mt = { __metatable = OBJECT }
+
+local json = {}
+
+-- ---------------------------------------------------------------- decode
+
+local DECODE_FAIL = {} -- unique error value; never escapes this module
+
+local function fail(s, pos, what)
+  error({ DECODE_FAIL, format("json.decode: %s at byte %d", what, pos) }, 0)
+end
+
+local ws_run = "^[ \t\r\n]*"
+-- Anchored greedy runs are much faster than unanchored searches in Lua's matcher.
+local str_plain_run = is_jit and '^[^"\\%z\1-\31]*' or '^[^"\\\0-\31]*'
+local str_special = is_jit and '["\\%z\1-\31]' or '["\\\0-\31]'
+
+local escapes = {
+  [34] = '"', [92] = "\\", [47] = "/", [98] = "\b", [102] = "\f",
+  [110] = "\n", [114] = "\r", [116] = "\t",
+}
+
+local function utf8_char(cp)
+  if cp < 0x80 then return char(cp) end
+  if cp < 0x800 then return char(0xC0 + floor(cp / 64), 0x80 + cp % 64) end
+  if cp < 0x10000 then
+    return char(0xE0 + floor(cp / 4096), 0x80 + floor(cp / 64) % 64, 0x80 + cp % 64)
+  end
+  return char(0xF0 + floor(cp / 262144), 0x80 + floor(cp / 4096) % 64,
+    0x80 + floor(cp / 64) % 64, 0x80 + cp % 64)
+end
+
+local function hex4(s, pos)
+  local h = sub(s, pos, pos + 3)
+  if not find(h, "^%x%x%x%x$") then fail(s, pos, "bad \\u escape") end
+  return tonumber(h, 16)
+end
+
+local function decode_string(s, pos) -- pos: opening quote
+  local i = pos + 1
+  local _, e = find(s, str_plain_run, i)
+  e = e + 1
+  if byte(s, e) == 34 then return sub(s, i, e - 1), e + 1 end
+  local buf, n = {}, 0
+  while true do
+    local c = byte(s, e)
+    if c == 34 then
+      n = n + 1; buf[n] = sub(s, i, e - 1)
+      return concat(buf), e + 1
+    elseif c == nil then
+      fail(s, pos, "unterminated string")
+    elseif c ~= 92 then
+      fail(s, e, "control character in string")
+    end
+    n = n + 1; buf[n] = sub(s, i, e - 1)
+    local x = byte(s, e + 1)
+    if x == 117 then
+      local cp = hex4(s, e + 2)
+      i = e + 6
+      if cp >= 0xD800 and cp <= 0xDBFF then
+        if sub(s, i, i + 1) == "\\u" then
+          local lo = hex4(s, i + 2)
+          if lo >= 0xDC00 and lo <= 0xDFFF then
+            cp = 0x10000 + (cp - 0xD800) * 1024 + (lo - 0xDC00)
+            i = i + 6
+          else
+            cp = 0xFFFD
+          end
+        else
+          cp = 0xFFFD
+        end
+      elseif cp >= 0xDC00 and cp <= 0xDFFF then
+        cp = 0xFFFD -- lone low surrogate
+      end
+      n = n + 1; buf[n] = utf8_char(cp)
+    else
+      local m = escapes[x]
+      if not m then fail(s, e, "bad escape") end
+      n = n + 1; buf[n] = m
+      i = e + 2
+    end
+    _, e = find(s, str_plain_run, i)
+    e = e + 1
+  end
+end
+
+local function decode_number(s, pos)
+  local _, e = find(s, "^-?%d+", pos)
+  if not e then fail(s, pos, "unexpected character") end
+  local d = pos
+  if byte(s, d) == 45 then d = d + 1 end
+  if byte(s, d) == 48 and e > d then fail(s, pos, "leading zero in number") end
+  local integral = true
+  local c = byte(s, e + 1)
+  if c == 46 then -- .
+    local _, e2 = find(s, "^%d+", e + 2)
+    if not e2 then fail(s, e + 1, "bad number") end
+    e = e2; integral = false; c = byte(s, e + 1)
+  end
+  if c == 101 or c == 69 then -- e E
+    local _, e2 = find(s, "^[-+]?%d+", e + 2)
+    if not e2 then fail(s, e + 1, "bad number") end
+    e = e2; integral = false
+  end
+  local v = tonumber(sub(s, pos, e))
+  if not integral and mtype and mtype(v) == "integer" then v = v + 0.0 end
+  return v, e + 1
+end
+
+local decode_value
+
+local function skip(s, pos)
+  local c = byte(s, pos)
+  if c == 32 or c == 10 or c == 13 or c == 9 then
+    local _, e = find(s, ws_run, pos)
+    return e + 1
+  end
+  return pos
+end
+
+local function decode_array(s, pos, depth)
+  if depth > MAX_DEPTH then fail(s, pos, "nesting too deep") end
+  local t, n = setmetatable({}, array_mt), 0
+  pos = skip(s, pos + 1)
+  if byte(s, pos) == 93 then return t, pos + 1 end
+  while true do
+    local v
+    v, pos = decode_value(s, pos, depth)
+    n = n + 1
+    t[n] = v
+    pos = skip(s, pos)
+    local c = byte(s, pos)
+    if c == 44 then
+      pos = skip(s, pos + 1)
+    elseif c == 93 then
+      return t, pos + 1
+    else
+      fail(s, pos, "expected ',' or ']'")
+    end
+  end
+end
+
+local function decode_object(s, pos, depth)
+  if depth > MAX_DEPTH then fail(s, pos, "nesting too deep") end
+  local t = {}
+  pos = skip(s, pos + 1)
+  if byte(s, pos) == 125 then return t, pos + 1 end
+  while true do
+    if byte(s, pos) ~= 34 then fail(s, pos, "expected string key") end
+    local k, v
+    k, pos = decode_string(s, pos)
+    pos = skip(s, pos)
+    if byte(s, pos) ~= 58 then fail(s, pos, "expected ':'") end
+    v, pos = decode_value(s, skip(s, pos + 1), depth)
+    t[k] = v
+    pos = skip(s, pos)
+    local c = byte(s, pos)
+    if c == 44 then
+      pos = skip(s, pos + 1)
+    elseif c == 125 then
+      return t, pos + 1
+    else
+      fail(s, pos, "expected ',' or '}'")
+    end
+  end
+end
+
+decode_value = function(s, pos, depth)
+  local c = byte(s, pos)
+  if c == 34 then return decode_string(s, pos) end
+  if c == 123 then return decode_object(s, pos, depth + 1) end
+  if c == 91 then return decode_array(s, pos, depth + 1) end
+  if c == 116 then
+    if sub(s, pos, pos + 3) == "true" then return true, pos + 4 end
+  elseif c == 102 then
+    if sub(s, pos, pos + 4) == "false" then return false, pos + 5 end
+  elseif c == 110 then
+    if sub(s, pos, pos + 3) == "null" then return nil, pos + 4 end
+  elseif c == nil then
+    fail(s, pos, "unexpected end of input")
+  else
+    return decode_number(s, pos)
+  end
+  fail(s, pos, "unexpected character")
+end
+
+local function decode_all(s)
+  local v, pos = decode_value(s, skip(s, 1), 0)
+  pos = skip(s, pos)
+  if pos <= #s then fail(s, pos, "trailing data") end
+  return v
+end
+
+--- Decode a JSON text. Returns the value, or nil and a message on bad input.
+function json.decode(s)
+  if type(s) ~= "string" then return nil, "json.decode: expected a string, got " .. type(s) end
+  local ok, v = pcall(decode_all, s)
+  if ok then return v end
+  if type(v) == "table" and v[1] == DECODE_FAIL then return nil, v[2] end
+  error(v, 0) -- not a parse error (e.g. a sandbox limit): let it through
+end
+
+-- ---------------------------------------------------------------- encode
+
+local esc_map = { ['"'] = '\\"', ["\\"] = "\\\\", ["\b"] = "\\b", ["\f"] = "\\f",
+  ["\n"] = "\\n", ["\r"] = "\\r", ["\t"] = "\\t" }
+for i = 0, 31 do
+  local ch = char(i)
+  if not esc_map[ch] then esc_map[ch] = format("\\u%04x", i) end
+end
+
+local function enc_string(s)
+  local _, e = find(s, str_plain_run)
+  local len = #s
+  if e == len then return '"' .. s .. '"' end
+  -- Escape char by char between plain runs: gsub over the whole string is slower.
+  local buf, n, i = { '"' }, 1, 1
+  while true do
+    n = n + 1; buf[n] = sub(s, i, e)
+    if e >= len then break end
+    n = n + 1; buf[n] = esc_map[sub(s, e + 1, e + 1)]
+    i = e + 2
+    _, e = find(s, str_plain_run, i)
+  end
+  n = n + 1; buf[n] = '"'
+  return concat(buf, "", 1, n)
+end
+
+local function enc_number(v)
+  if v ~= v or v == huge or v == -huge then return "null" end
+  if mtype then
+    if mtype(v) == "integer" then return format("%d", v) end
+  elseif v == floor(v) and v > -2^53 and v < 2^53 then
+    return format("%d", v)
+  end
+  local s = format("%.14g", v)
+  if tonumber(s) ~= v then s = format("%.17g", v) end
+  if mtype and not find(s, "[%.eEn]") then s = s .. ".0" end
+  return s
+end
+
+local function key_string(k)
+  local tk = type(k)
+  if tk == "string" then return k end
+  if tk == "number" then return enc_number(k):gsub("%.0$", "") end
+  error("json.encode: object key of type " .. tk .. " cannot be encoded", 0)
+end
+
+local encode_value
+
+local function encode_table(t, buf, n, depth)
+  if depth > MAX_DEPTH then
+    error("json.encode: nesting deeper than " .. MAX_DEPTH .. " (cycle?)", 0)
+  end
+  local marker = getmetatable(t)
+  local is_array = marker == ARRAY
+  local max, count = 0, 0
+  if marker ~= OBJECT then
+    local k = next(t)
+    if k == nil then
+      n = n + 1; buf[n] = is_array and "[]" or "{}"
+      return n
+    end
+    local all_int = true
+    while k ~= nil do
+      count = count + 1
+      if type(k) == "number" and k >= 1 and k == floor(k) then
+        if k > max then max = k end
+      else
+        all_int = false
+        if is_array then
+          error("json.encode: array has non-index key '" .. tostring(k) .. "'", 0)
+        end
+        break
+      end
+      k = next(t, k)
+    end
+    if all_int then is_array = true end
+  end
+  if is_array then
+    if max > 2 * count + 16 then error("json.encode: array too sparse", 0) end
+    n = n + 1; buf[n] = "["
+    for i = 1, max do
+      if i > 1 then n = n + 1; buf[n] = "," end
+      n = encode_value(t[i], buf, n, depth)
+    end
+    n = n + 1; buf[n] = "]"
+    return n
+  end
+  local keys, nk, map = {}, 0, nil
+  for k in next, t do
+    local ks = k
+    if type(k) ~= "string" then
+      ks = key_string(k)
+      map = map or {}
+      map[ks] = k
+    end
+    nk = nk + 1; keys[nk] = ks
+  end
+  sort(keys)
+  n = n + 1; buf[n] = "{"
+  for i = 1, nk do
+    local ks = keys[i]
+    if i > 1 then n = n + 1; buf[n] = "," end
+    n = n + 1; buf[n] = enc_string(ks)
+    n = n + 1; buf[n] = ":"
+    local k = ks
+    if map and map[ks] ~= nil then k = map[ks] end
+    n = encode_value(t[k], buf, n, depth)
+  end
+  n = n + 1; buf[n] = "}"
+  return n
+end
+
+encode_value = function(v, buf, n, depth)
+  local tv = type(v)
+  if tv == "string" then
+    n = n + 1; buf[n] = enc_string(v)
+  elseif tv == "table" then
+    return encode_table(v, buf, n, depth + 1)
+  elseif tv == "number" then
+    n = n + 1; buf[n] = enc_number(v)
+  elseif tv == "boolean" then
+    n = n + 1; buf[n] = v and "true" or "false"
+  elseif v == nil then
+    n = n + 1; buf[n] = "null"
+  else
+    error("json.encode: cannot encode a value of type " .. tv, 0)
+  end
+  return n
+end
+
+--- Encode a Lua value as JSON text. Raises on values JSON cannot hold.
+function json.encode(v)
+  local tv = type(v)
+  if tv == "string" then return enc_string(v) end
+  local buf = {}
+  local n = encode_value(v, buf, 0, 0)
+  return concat(buf, "", 1, n)
+end
+
+--- Mark t (or a new table) as a JSON array, so it encodes as [] even when empty.
+function json.array(t)
+  if t == nil then t = {} end
+  if type(t) ~= "table" then error("json.array: expected a table", 2) end
+  return setmetatable(t, array_mt)
+end
+
+--- Mark t (or a new table) as a JSON object, so it encodes as {} and never as an array.
+function json.object(t)
+  if t == nil then t = {} end
+  if type(t) ~= "table" then error("json.object: expected a table", 2) end
+  return setmetatable(t, object_mt)
+end
+
+json.empty_array = setmetatable({}, {
+  __metatable = ARRAY,
+  __newindex = function() error("json.empty_array is read-only; use json.array() for a new array", 2) end,
+})
+
+return json
