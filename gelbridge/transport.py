@@ -75,7 +75,9 @@ Streams
   complete is the adapter's decision (Anthropic and Gemini never send ``[DONE]``). A
   transport failure after the first byte raises ``ProviderError(kind="server_error",
   "stream ended early …")``, or ``kind="timeout"`` when no data came for ``read_timeout``
-  seconds or the total ``deadline`` passed. Use it as ``async with transport.stream(...)
+  seconds or the total ``deadline`` passed. A 2xx ``application/json`` body where SSE was
+  asked for raises ``ProviderError`` (with the provider's message, if any) instead of
+  ending silently with no events. Use it as ``async with transport.stream(...)
   as s: async for data in s: ...`` so an early exit returns the connection.
 
 Timing
@@ -895,6 +897,19 @@ def _require_json(data: bytes, resp: httpx.Response, url: str) -> None:
             kind="server_error", status=resp.status_code) from None
 
 
+def _json_instead_of_stream(status: int, raw: bytes, url: str) -> ProviderError:
+    """A 2xx JSON body where an event stream was asked for: an error some gateways send
+    with status 200, or a server that ignored the stream flag. Either way the SSE
+    decoder would find no events and the turn would end silently empty."""
+    message, code, flagged = _provider_fields(raw)
+    said = f": {_one_line(message)}" if message else ""
+    return ProviderError(
+        f"{_host(url)} answered HTTP {status} with JSON instead of an event stream{said}; "
+        "check that the adapter asks for streaming and the model supports it",
+        kind="content_filter" if flagged else "server_error", status=status,
+        provider_code=code[:100] if code else None)
+
+
 _DRAIN_BYTES = 64 * 1024
 _DRAIN_SECONDS = 0.25
 
@@ -966,6 +981,10 @@ class ProviderStream:
                             raw = await _read_bounded(resp, t.max_error_body_bytes)
                             raise error_from_response(resp.status_code, raw, resp.headers)
                         limit = t.max_response_bytes
+                        ctype = resp.headers.get("content-type", "")
+                        if self._framing == "sse" and ctype.startswith("application/json"):
+                            raw = await _read_bounded(resp, t.max_error_body_bytes)
+                            raise _json_instead_of_stream(resp.status_code, raw, url)
                         if self._framing == "sse":
                             sse = SSEDecoder(max_line_chars=t.max_line_bytes)
                             feed: Callable[[bytes], list[Any]] = sse.feed

@@ -257,6 +257,17 @@ async def test_stream_deadline(provider: tuple[str, Script]) -> None:
     assert exc.value.kind == "timeout" and time.monotonic() - start < 1.5
 
 
+async def test_json_body_instead_of_event_stream_is_an_error_not_an_empty_stream(
+        provider: tuple[str, Script]) -> None:
+    base, script = provider
+    script.on("/stream", reply_json(200, {"error": {"message": "upstream quota", "code": 402}}))
+    async with transport(base) as tr:
+        with pytest.raises(ProviderError, match="JSON instead of an event stream: upstream quota") as exc:
+            async with tr.stream(tr.url("/stream"), b"{}") as s:
+                [x async for x in s]
+    assert exc.value.status == 200 and len(script.hits("/stream")) == 1
+
+
 async def test_stream_line_limit(provider: tuple[str, Script]) -> None:
     base, script = provider
     script.on("/stream", reply_stream([b"data: " + b"x" * 3000]))
