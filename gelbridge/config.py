@@ -77,6 +77,9 @@ class AdaptersConfig(_Section):
     dirs: list[Path] = Field(default_factory=list)
     cpu_limit_seconds: float = 2.0
     memory_limit_mb: int = 64
+    instruction_limit: int = 200_000_000
+    pool_size: int = 4
+    engine: Literal["auto", "luajit", "lua54"] = "auto"
 
 
 class RepliesConfig(_Section):
