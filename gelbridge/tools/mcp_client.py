@@ -195,7 +195,9 @@ class McpConnection:
             try:
                 await asyncio.wait_for(asyncio.shield(ready), timeout=self.config.startup_timeout)
             except asyncio.TimeoutError:
-                await self._shutdown()
+                await self._shutdown(cancel_now=True)
+                if ready.done() and not ready.cancelled():
+                    ready.exception()  # retrieved: it is reported below
                 log.error("MCP server %s: no answer within %.0f s; its tools fail until it starts",
                           self.name, self.config.startup_timeout)
                 raise McpUnavailable(
@@ -207,14 +209,18 @@ class McpConnection:
                 raise
             log.info("MCP server %s: connected, %d tool(s)", self.name, len(self.tools))
 
-    async def _shutdown(self) -> None:
+    async def _shutdown(self, *, cancel_now: bool = False) -> None:
+        """Stop the background task: politely (stop event) if it is connected, by
+        cancellation if it is still starting or does not stop in time."""
         task, self._task = self._task, None
         if self._stop is not None:
             self._stop.set()
         self._session = None
         if task is None or task.done():
             return
-        done, _ = await asyncio.wait({task}, timeout=CLOSE_TIMEOUT)
+        done: set[Any] = set()
+        if not cancel_now:
+            done, _ = await asyncio.wait({task}, timeout=CLOSE_TIMEOUT)
         if not done:
             task.cancel()
             await asyncio.wait({task}, timeout=CLOSE_TIMEOUT)
