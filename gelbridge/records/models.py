@@ -225,7 +225,7 @@ class BlobRef(LexObject):
     @classmethod
     def of(cls, ref: str, mime_type: str, size: int) -> BlobRef:
         """Build a blob ref in code (``$type`` filled in)."""
-        return cls(type="blob", ref=ref, mime_type=mime_type, size=size)
+        return cls(type="blob", ref={"$link": ref}, mime_type=mime_type, size=size)
 
 
 def _blob_limits(accept: tuple[str, ...], max_size: int) -> Any:
