@@ -16,6 +16,7 @@ from gelbridge.tools.approval import (
     resolve_approvals,
 )
 from gelbridge.tools.execute import ToolCall, ToolOutcome, cut_output, execute_calls, parse_arguments
+from gelbridge.tools.journal import execute_journaled
 from gelbridge.tools.loader import builtin_tools, load_tool_registry
 from gelbridge.tools.registry import Tool, ToolOutput, ToolRegistry, mcp_tool_name, needs_approval
 
@@ -34,6 +35,7 @@ __all__ = [
     "cut_output",
     "denial_output",
     "execute_calls",
+    "execute_journaled",
     "input_digest",
     "load_tool_registry",
     "mcp_tool_name",

@@ -1,0 +1,103 @@
+"""At-most-once execution: ``execute_calls`` behind the state database's tool journal.
+
+For each call that would actually run (known tool, approved if it needs approval):
+
+- first sight (``begin_tool_call`` creates the entry) → run it, then store the result
+  sealed (``finish_tool_call``);
+- already finished (a regeneration, or a replay after a crash) → reuse the stored
+  result, do not run again;
+- begun but never finished (the process died while it ran) → do not run again; answer
+  with an ``interrupted`` error result and store that, so every later reader agrees.
+
+Sealing is the caller's: ``seal(plaintext) -> (ciphertext, key_id)`` and
+``open_(ciphertext, key_id) -> plaintext`` (normally the conversation key, so the
+journal holds nothing readable). The sealed payload is UTF-8 JSON
+``{"output", "isError", "longOutput"}``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Callable
+from typing import Any
+
+from gelbridge.errors import ToolJournalConflict
+from gelbridge.tools.approval import input_digest
+from gelbridge.tools.execute import ToolCall, ToolOutcome, execute_calls
+from gelbridge.tools.registry import ToolRegistry
+
+log = logging.getLogger("gelbridge.tools.journal")
+
+Seal = Callable[[bytes], tuple[bytes, str]]
+Open = Callable[[bytes, str], bytes]
+
+INTERRUPTED_OUTPUT = (
+    "The tool call was interrupted (gelbridge stopped while it ran) and was not repeated; "
+    "whether it took effect is unknown."
+)
+
+
+def encode_outcome(outcome: ToolOutcome) -> bytes:
+    return json.dumps(
+        {"output": outcome.output, "isError": outcome.is_error, "longOutput": outcome.long_output},
+        ensure_ascii=False,
+    ).encode()
+
+
+def decode_outcome(call_id: str, data: bytes) -> ToolOutcome:
+    obj: dict[str, Any] = json.loads(data)
+    return ToolOutcome(call_id, str(obj["output"]), bool(obj["isError"]), obj.get("longOutput"))
+
+
+async def execute_journaled(
+    calls: list[ToolCall],
+    registry: ToolRegistry,
+    store: Any,  # gelbridge.state.StateStore
+    *,
+    account: str,
+    reply_rkey: str,
+    seal: Seal,
+    open_: Open,
+    timeout: float,
+    max_output_chars: int,
+) -> list[ToolOutcome]:
+    """Like ``execute_calls`` (one outcome per call, in order), but each call runs at
+    most once per state file."""
+    results: dict[int, ToolOutcome] = {}
+    to_run: list[tuple[int, ToolCall]] = []
+    unjournaled: list[tuple[int, ToolCall]] = []
+    for i, call in enumerate(calls):
+        tool = registry.get(call.tool)
+        if tool is None or (tool.approval == "always" and not call.approved):
+            unjournaled.append((i, call))  # refused without running: nothing to journal
+            continue
+        try:
+            entry = store.begin_tool_call(account, call.call_id, reply_rkey, call.tool, input_digest(call.tool, call.input))
+        except ToolJournalConflict as e:
+            log.warning("tool call %s: %s", call.call_id, e)
+            results[i] = ToolOutcome(call.call_id, f"{e}.", True)
+            continue
+        if entry.new:
+            to_run.append((i, call))
+        elif entry.finished and entry.sealed_result is not None and entry.key_id is not None:
+            results[i] = decode_outcome(call.call_id, open_(entry.sealed_result, entry.key_id))
+        else:
+            log.warning("tool call %s (%s): interrupted earlier, not run again", call.call_id, call.tool)
+            outcome = ToolOutcome(call.call_id, INTERRUPTED_OUTPUT, True)
+            sealed, key_id = seal(encode_outcome(outcome))
+            stored = store.finish_tool_call(call.call_id, sealed, key_id, True)
+            results[i] = decode_outcome(call.call_id, open_(stored.sealed_result, stored.key_id))
+    ran = await execute_calls(
+        [c for _, c in to_run] + [c for _, c in unjournaled],
+        registry,
+        timeout=timeout,
+        max_output_chars=max_output_chars,
+    )
+    for (i, _call), outcome in zip(to_run, ran[: len(to_run)]):
+        sealed, key_id = seal(encode_outcome(outcome))
+        store.finish_tool_call(outcome.call_id, sealed, key_id, outcome.is_error)
+        results[i] = outcome
+    for (i, _call), outcome in zip(unjournaled, ran[len(to_run):]):
+        results[i] = outcome
+    return [results[i] for i in range(len(calls))]
