@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
+import orjson
 from nacl.bindings import (
     crypto_aead_xchacha20poly1305_ietf_decrypt,
     crypto_aead_xchacha20poly1305_ietf_encrypt,
@@ -221,9 +222,7 @@ def seal_value(
     check_key_id(key_id)
     key = keyring[key_id]
     try:
-        plaintext = json.dumps(
-            value, ensure_ascii=False, separators=(",", ":"), default=_json_default
-        ).encode("utf-8")
+        plaintext = orjson.dumps(value, default=_json_default)
     except (TypeError, ValueError) as e:
         raise RecordError(f"cannot seal value for {uri_s}: {e}") from None
     nonce = secrets.token_bytes(NONCE_BYTES)
@@ -299,8 +298,8 @@ def open_value(
     """Open ``enc`` (sealed for ``uri``) and return the sealed JSON object."""
     plaintext = open_bytes(enc, uri=uri, keyring=keyring, candidate_uris=candidate_uris)
     try:
-        value = json.loads(plaintext)
-    except ValueError:
+        value = orjson.loads(plaintext)
+    except orjson.JSONDecodeError:
         raise RecordError(f"sealed content of {uri} is not UTF-8 JSON") from None
     if not isinstance(value, dict):
         raise RecordError(f"sealed content of {uri} is not a JSON object")
