@@ -1,0 +1,236 @@
+"""PDS firehose (``com.atproto.sync.subscribeRepos``) reduced to the records gelbridge cares about.
+
+A PDS firehose carries every account on that PDS, so frames are filtered cheaply: the
+frame is split into header and body (the ``blocks`` CAR stays undecoded bytes), non
+``#commit`` frames and commits of other repos are dropped, and the CAR is decoded only
+when an op's path starts with the collection prefix. :func:`decode_frame` is pure, so a
+library user or a benchmark can feed it frames without a socket.
+
+Reconnecting (with backoff, resuming from the last seq) is the caller's job; a lost
+connection surfaces as :class:`~gelbridge.errors.PdsUnavailable`.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Any, AsyncIterator, Final, Literal, overload
+from urllib.parse import urlencode, urlsplit, urlunsplit
+
+import websockets
+from atproto_core.car import CAR
+from atproto_core.cid import CID
+from atproto_core.exceptions import AtProtocolError
+from atproto_subscription.frames import ErrorFrame, Frame
+
+from gelbridge.errors import FirehoseError, PdsUnavailable
+
+log = logging.getLogger(__name__)
+
+DEFAULT_PREFIX: Final = "chat.gel.assistant."
+MAX_FRAME_BYTES: Final = 5 * 1024 * 1024 + 64 * 1024  # spec: frames <= 5 MB
+
+Action = Literal["create", "update", "delete"]
+
+
+@dataclass(frozen=True)
+class RepoEvent:
+    """One record operation of a commit. ``record`` is the CBOR-decoded record
+    (bytes fields as raw ``bytes``); None for deletes and for ``tooBig`` commits."""
+
+    seq: int
+    did: str
+    collection: str
+    rkey: str
+    action: Action
+    cid: str | None
+    record: dict[str, Any] | None
+
+
+@dataclass(frozen=True)
+class StreamMarker:
+    """A non-commit frame worth knowing about.
+
+    ``kind`` is ``"#info"`` (e.g. ``name="OutdatedCursor"``: events were lost, backfill),
+    ``"#sync"`` (the repo ``did`` was reset: re-fetch it), ``"#account"`` or ``"#identity"``.
+    """
+
+    seq: int | None
+    kind: str
+    did: str | None = None
+    name: str | None = None
+    message: str | None = None
+
+
+def _cid_str(value: Any) -> str | None:
+    if value is None:
+        return None
+    if isinstance(value, (bytes, bytearray)):
+        return str(CID.from_decoded_bytes(bytes(value)))
+    return str(value)
+
+
+def decode_frame_full(
+    frame: bytes, did_filter: set[str] | frozenset[str] | None, prefix: str = DEFAULT_PREFIX
+) -> tuple[int | None, list[RepoEvent], StreamMarker | None]:
+    """Decode one firehose frame: ``(seq, events, marker)``.
+
+    Raises :class:`FirehoseError` for an error frame (FutureCursor, ConsumerTooSlow ...)
+    or bytes that are not a frame.
+    """
+    try:
+        parsed = Frame.from_bytes(frame)
+    except AtProtocolError as e:
+        raise FirehoseError(f"undecodable firehose frame: {e}") from None
+    if isinstance(parsed, ErrorFrame):
+        name, msg = parsed.body.error, parsed.body.message
+        raise FirehoseError(
+            f"firehose error frame {name}" + (f": {msg}" if msg else ""), error=name
+        )
+    body = parsed.body
+    kind = parsed.header.t
+    raw_seq = body.get("seq") if isinstance(body, dict) else None
+    seq = raw_seq if isinstance(raw_seq, int) else None
+
+    if kind != "#commit":
+        did = body.get("did") if isinstance(body.get("did"), str) else None
+        if kind == "#info":
+            return seq, [], StreamMarker(seq, kind, None, body.get("name"), body.get("message"))
+        if kind in ("#sync", "#account", "#identity") and (did_filter is None or did in did_filter):
+            return seq, [], StreamMarker(seq, kind, did)
+        return seq, [], None
+
+    repo = body.get("repo")
+    if not isinstance(repo, str) or (did_filter is not None and repo not in did_filter):
+        return seq, [], None
+    ops = [
+        op
+        for op in body.get("ops") or []
+        if isinstance(op, dict) and isinstance(op.get("path"), str) and op["path"].startswith(prefix)
+    ]
+    if not ops or seq is None:
+        return seq, [], None
+
+    blocks: dict[CID, Any] = {}
+    raw_blocks = body.get("blocks")
+    if raw_blocks and any(op.get("action") != "delete" for op in ops):
+        try:
+            blocks = CAR.from_bytes(raw_blocks).blocks
+        except Exception as e:  # libipld raises plain ValueError on a bad CAR
+            raise FirehoseError(f"commit seq {seq} of {repo} has undecodable blocks: {e}") from None
+
+    events: list[RepoEvent] = []
+    for op in ops:
+        action = op.get("action")
+        if action not in ("create", "update", "delete"):
+            continue
+        collection, _, rkey = op["path"].partition("/")
+        if not rkey:
+            continue
+        cid_raw = op.get("cid")
+        record = None
+        if action != "delete" and isinstance(cid_raw, (bytes, bytearray)):
+            block = blocks.get(CID.from_decoded_bytes(bytes(cid_raw)))
+            record = block if isinstance(block, dict) else None
+        events.append(
+            RepoEvent(
+                seq=seq,
+                did=repo,
+                collection=collection,
+                rkey=rkey,
+                action=action,
+                cid=_cid_str(cid_raw),
+                record=record,
+            )
+        )
+    return seq, events, None
+
+
+def decode_frame(
+    frame: bytes, did_filter: set[str] | frozenset[str] | None, prefix: str = DEFAULT_PREFIX
+) -> tuple[int | None, list[RepoEvent]]:
+    """``(seq, events)`` of one firehose frame; see :func:`decode_frame_full`."""
+    seq, events, _ = decode_frame_full(frame, did_filter, prefix)
+    return seq, events
+
+
+def subscribe_url(pds_url: str, cursor: int | None) -> str:
+    """``ws(s)://host/xrpc/com.atproto.sync.subscribeRepos[?cursor=N]`` for a PDS URL."""
+    parts = urlsplit(pds_url.rstrip("/"))
+    scheme = {"http": "ws", "https": "wss"}.get(parts.scheme, parts.scheme)
+    query = urlencode({"cursor": cursor}) if cursor is not None else ""
+    return urlunsplit((scheme, parts.netloc, parts.path + "/xrpc/com.atproto.sync.subscribeRepos", query, ""))
+
+
+@overload
+def subscribe_repos(
+    pds_url: str,
+    *,
+    cursor: int | None,
+    did_filter: set[str] | None,
+    collection_prefix: str = ...,
+    markers: Literal[False] = ...,
+    open_timeout: float = ...,
+) -> AsyncIterator[RepoEvent]: ...
+
+
+@overload
+def subscribe_repos(
+    pds_url: str,
+    *,
+    cursor: int | None,
+    did_filter: set[str] | None,
+    collection_prefix: str = ...,
+    markers: Literal[True],
+    open_timeout: float = ...,
+) -> AsyncIterator[RepoEvent | StreamMarker]: ...
+
+
+async def subscribe_repos(
+    pds_url: str,
+    *,
+    cursor: int | None,
+    did_filter: set[str] | None,
+    collection_prefix: str = DEFAULT_PREFIX,
+    markers: bool = False,
+    open_timeout: float = 10.0,
+) -> AsyncIterator[Any]:
+    """Record events from a PDS firehose, replaying events with seq > ``cursor``.
+
+    With ``markers=True`` also yields :class:`StreamMarker` for #info/#sync/#account/
+    #identity frames (of the filtered repos). #info frames are logged either way.
+    Persist ``event.seq`` to resume. Connection loss raises :class:`PdsUnavailable`;
+    an error frame raises :class:`FirehoseError`.
+    """
+    url = subscribe_url(pds_url, cursor)
+    dids = frozenset(did_filter) if did_filter is not None else None
+    try:
+        ws = await websockets.connect(
+            url, open_timeout=open_timeout, max_size=MAX_FRAME_BYTES, ping_interval=20, ping_timeout=20
+        )
+    except (OSError, TimeoutError, websockets.InvalidHandshake, websockets.InvalidURI) as e:
+        raise PdsUnavailable(
+            f"cannot open the firehose of {pds_url} ({type(e).__name__}): check that the PDS is running"
+        ) from None
+    try:
+        while True:
+            try:
+                frame = await ws.recv()
+            except websockets.ConnectionClosedOK:
+                raise PdsUnavailable(f"the PDS {pds_url} closed the firehose; reconnect from the last seq") from None
+            except websockets.ConnectionClosed as e:
+                raise PdsUnavailable(
+                    f"lost the firehose of {pds_url} ({e.__class__.__name__}); reconnect from the last seq"
+                ) from None
+            if isinstance(frame, str):
+                continue
+            _seq, events, marker = decode_frame_full(frame, dids, collection_prefix)
+            if marker is not None:
+                if marker.kind == "#info":
+                    log.warning("firehose info %s: %s", marker.name, marker.message or "")
+                if markers:
+                    yield marker
+            for ev in events:
+                yield ev
+    finally:
+        await ws.close()

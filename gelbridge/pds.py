@@ -1,0 +1,571 @@
+"""Async XRPC client for the user's PDS: session, records, create-only claims, blobs.
+
+Plain XRPC over one reused ``httpx.AsyncClient`` instead of the atproto SDK, because the
+SDK cannot send ``"swapRecord": null`` (create-only ``putRecord``, the claim primitive of
+PROTOCOL.md §4) through its typed methods. Records go in and out as atproto JSON dicts
+(bytes as ``{"$bytes": base64}``); ``gelbridge.records`` converts them.
+
+Sessions: log in once, persist the :class:`Session` through ``on_session_change`` and
+``resume`` it later (createSession is rate limited). The access token is refreshed
+before it expires and whenever the PDS answers ``ExpiredToken``; refresh tokens rotate,
+so every refresh is reported to ``on_session_change``. Tokens never appear in logs,
+reprs or exception messages.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import binascii
+import email.utils
+import json
+import logging
+import random
+import time
+from dataclasses import dataclass, field
+from typing import Any, AsyncIterator, Awaitable, Callable, Final, Mapping
+
+import httpx
+
+from gelbridge.errors import (
+    ClaimConflict,
+    PdsAuthError,
+    PdsError,
+    PdsRateLimited,
+    PdsUnavailable,
+)
+
+log = logging.getLogger(__name__)
+
+DEFAULT_MAX_BLOB_BYTES: Final = 5 * 1024 * 1024  # reference PDS default upload limit
+DEFAULT_MAX_REPO_BYTES: Final = 256 * 1024 * 1024
+
+
+# --- values -----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Session:
+    """An authenticated PDS session. ``repr`` hides the tokens."""
+
+    did: str
+    handle: str
+    access_jwt: str = field(repr=False)
+    refresh_jwt: str = field(repr=False)
+
+    def to_dict(self) -> dict[str, str]:
+        """Plain dict for persisting (it holds secrets: store it like a password)."""
+        return {
+            "did": self.did,
+            "handle": self.handle,
+            "accessJwt": self.access_jwt,
+            "refreshJwt": self.refresh_jwt,
+        }
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> Session:
+        """Read a dict from :meth:`to_dict` or a createSession/refreshSession answer."""
+        try:
+            return cls(
+                did=str(d["did"]),
+                handle=str(d["handle"]),
+                access_jwt=str(d["accessJwt"]),
+                refresh_jwt=str(d["refreshJwt"]),
+            )
+        except KeyError as e:
+            raise PdsAuthError(f"stored PDS session lacks {e.args[0]!r}: log in again") from None
+
+
+@dataclass(frozen=True)
+class RecordEntry:
+    """One record of a listRecords page."""
+
+    uri: str
+    cid: str
+    value: dict[str, Any]
+
+    @property
+    def rkey(self) -> str:
+        return self.uri.rsplit("/", 1)[-1]
+
+
+@dataclass(frozen=True)
+class RecordPage:
+    """A listRecords page; ``cursor`` is None on the last page."""
+
+    records: list[RecordEntry]
+    cursor: str | None
+
+
+@dataclass(frozen=True)
+class PutResult:
+    """putRecord answer. ``committed`` is False when the PDS made no commit (identical record)."""
+
+    uri: str
+    cid: str
+    committed: bool
+
+
+class _Unset:
+    """Type of :data:`UNSET` ("argument not given", unlike None = JSON null)."""
+
+    _instance: _Unset | None = None
+
+    def __new__(cls) -> _Unset:
+        if cls._instance is None:
+            cls._instance = super().__new__(cls)
+        return cls._instance
+
+    def __repr__(self) -> str:
+        return "UNSET"
+
+
+UNSET: Final = _Unset()
+
+SessionCallback = Callable[[Session], Awaitable[None] | None]
+
+
+# --- pure helpers -------------------------------------------------------------------------
+
+
+def jwt_expiry(token: str) -> float | None:
+    """The ``exp`` claim of a JWT (seconds since the epoch), read without verifying it."""
+    try:
+        payload = token.split(".")[1]
+        payload += "=" * (-len(payload) % 4)
+        exp = json.loads(base64.urlsafe_b64decode(payload)).get("exp")
+    except (IndexError, ValueError, binascii.Error, AttributeError):
+        return None
+    return float(exp) if isinstance(exp, (int, float)) else None
+
+
+def retry_after_seconds(headers: Mapping[str, str], now: float | None = None) -> float | None:
+    """Seconds to wait after a 429/503, from ``Retry-After`` or ``ratelimit-reset`` (epoch s)."""
+    now = time.time() if now is None else now
+    ra = headers.get("retry-after")
+    if ra:
+        try:
+            return max(0.0, float(ra))
+        except ValueError:
+            try:
+                dt = email.utils.parsedate_to_datetime(ra)
+                return max(0.0, dt.timestamp() - now)
+            except (TypeError, ValueError):
+                pass
+    reset = headers.get("ratelimit-reset")
+    if reset:
+        try:
+            return max(0.0, float(reset) - now)
+        except ValueError:
+            pass
+    return None
+
+
+def error_from_response(resp: httpx.Response, what: str) -> PdsError:
+    """Map an XRPC error answer to the matching :class:`PdsError` (no tokens, no content)."""
+    status = resp.status_code
+    err: str | None = None
+    msg: str | None = None
+    try:
+        body = resp.json()
+        if isinstance(body, dict):
+            err = body.get("error") if isinstance(body.get("error"), str) else None
+            msg = body.get("message") if isinstance(body.get("message"), str) else None
+    except ValueError:
+        pass
+    detail = f"{err or 'HTTP ' + str(status)}" + (f": {msg[:300]}" if msg else "")
+    if status == 429:
+        ra = retry_after_seconds(resp.headers)
+        wait = f"; retry in {ra:.0f} s" if ra is not None else "; retry later"
+        return PdsRateLimited(f"PDS rate limit hit on {what}{wait}", retry_after=ra, error=err)
+    if status >= 500:
+        return PdsUnavailable(
+            f"PDS failed on {what} ({detail}); retry later", status=status, error=err
+        )
+    if err == "InvalidSwap":
+        return ClaimConflict(
+            f"{what}: the record changed or already exists with other content ({detail})",
+            status=status,
+            error=err,
+        )
+    if status in (401, 403) or err in ("ExpiredToken", "InvalidToken", "AuthRequired", "AuthFactorTokenRequired"):
+        return PdsAuthError(
+            f"PDS refused the credentials on {what} ({detail}): check the handle and app password",
+            status=status,
+            error=err,
+        )
+    return PdsError(f"PDS refused {what} ({detail})", status=status, error=err)
+
+
+def _bytes_json(value: Any) -> Any:
+    """Turn stray Python ``bytes`` into atproto JSON ``{"$bytes": ...}`` (defensive)."""
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        return {"$bytes": base64.b64encode(bytes(value)).decode("ascii")}
+    if isinstance(value, dict):
+        return {k: _bytes_json(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_bytes_json(v) for v in value]
+    return value
+
+
+# --- the client -----------------------------------------------------------------------------
+
+
+class PdsClient:
+    """Async XRPC client for one PDS account (or unauthenticated reads).
+
+    Use as ``async with PdsClient(url) as pds: await pds.login(...)``. One
+    ``httpx.AsyncClient`` is reused for every call. Reads are retried with bounded
+    backoff on connection errors, 5xx and 429; writes only when the request surely did
+    not reach the PDS (connect errors) or was rate limited.
+    """
+
+    def __init__(
+        self,
+        pds_url: str,
+        *,
+        session: Session | None = None,
+        on_session_change: SessionCallback | None = None,
+        timeout: float = 30.0,
+        max_retries: int = 3,
+        backoff_base: float = 0.5,
+        backoff_cap: float = 8.0,
+        max_rate_limit_wait: float = 60.0,
+        refresh_margin: float = 300.0,
+        http: httpx.AsyncClient | None = None,
+    ) -> None:
+        self.pds_url = pds_url.rstrip("/")
+        self._session = session
+        self._on_session_change = on_session_change
+        self._max_retries = max_retries
+        self._backoff_base = backoff_base
+        self._backoff_cap = backoff_cap
+        self._max_rate_limit_wait = max_rate_limit_wait
+        self._refresh_margin = refresh_margin
+        self._owns_http = http is None
+        self._http = http or httpx.AsyncClient(
+            timeout=httpx.Timeout(timeout, connect=min(timeout, 10.0)),
+            headers={"User-Agent": "gelbridge"},
+        )
+        self._refresh_lock = asyncio.Lock()
+
+    async def __aenter__(self) -> PdsClient:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        if self._owns_http:
+            await self._http.aclose()
+
+    # --- session ---------------------------------------------------------------------
+
+    @property
+    def session(self) -> Session | None:
+        return self._session
+
+    @property
+    def did(self) -> str:
+        """The logged-in account's DID (raises if there is no session)."""
+        return self._require_session().did
+
+    async def login(self, identifier: str, password: str) -> Session:
+        """createSession with a handle/DID and (app) password; reports the new session."""
+        data = await self._call(
+            "POST",
+            "com.atproto.server.createSession",
+            json_body={"identifier": identifier, "password": password},
+            auth=None,
+            retry="write",
+        )
+        return await self._set_session(Session.from_dict(data))
+
+    def resume(self, session: Session) -> None:
+        """Use a stored session (no network call; it is refreshed when needed)."""
+        self._session = session
+
+    async def refresh(self) -> Session:
+        """refreshSession now (refresh tokens rotate: the new session is reported)."""
+        old = self._require_session()
+        async with self._refresh_lock:
+            cur = self._require_session()
+            if cur.refresh_jwt != old.refresh_jwt:  # another task refreshed meanwhile
+                return cur
+            data = await self._call(
+                "POST", "com.atproto.server.refreshSession", auth=cur.refresh_jwt, retry="write"
+            )
+            return await self._set_session(Session.from_dict({**data, "did": data.get("did", cur.did)}))
+
+    async def _set_session(self, session: Session) -> Session:
+        self._session = session
+        if self._on_session_change is not None:
+            res = self._on_session_change(session)
+            if asyncio.iscoroutine(res):
+                await res
+        return session
+
+    def _require_session(self) -> Session:
+        if self._session is None:
+            raise PdsAuthError("not logged in to the PDS: call login() or resume() first")
+        return self._session
+
+    async def _access_token(self) -> str:
+        s = self._require_session()
+        exp = jwt_expiry(s.access_jwt)
+        if exp is not None and exp - time.time() < self._refresh_margin:
+            s = await self.refresh()
+        return s.access_jwt
+
+    # --- records ------------------------------------------------------------------------
+
+    async def get_record(
+        self, collection: str, rkey: str, *, repo: str | None = None
+    ) -> tuple[str, dict[str, Any]] | None:
+        """``(cid, value)`` of a record, or None if it does not exist."""
+        try:
+            data = await self._call(
+                "GET",
+                "com.atproto.repo.getRecord",
+                params={"repo": repo or self.did, "collection": collection, "rkey": rkey},
+                auth="optional",
+            )
+        except PdsError as e:
+            if e.error == "RecordNotFound" or (e.status == 404 and e.error in (None, "NotFound")):
+                return None
+            raise
+        return str(data["cid"]), data["value"]
+
+    async def list_records(
+        self,
+        collection: str,
+        *,
+        limit: int = 50,
+        cursor: str | None = None,
+        reverse: bool = False,
+        repo: str | None = None,
+    ) -> RecordPage:
+        """One listRecords page (default order: rkey descending; ``reverse`` = ascending)."""
+        params: dict[str, Any] = {
+            "repo": repo or self.did,
+            "collection": collection,
+            "limit": max(1, min(limit, 100)),
+        }
+        if cursor:
+            params["cursor"] = cursor
+        if reverse:
+            params["reverse"] = "true"
+        data = await self._call("GET", "com.atproto.repo.listRecords", params=params, auth="optional")
+        records = [
+            RecordEntry(uri=r["uri"], cid=r["cid"], value=r["value"]) for r in data.get("records", [])
+        ]
+        next_cursor = data.get("cursor") if records else None
+        return RecordPage(records=records, cursor=next_cursor or None)
+
+    async def iter_records(
+        self,
+        collection: str,
+        *,
+        page_size: int = 100,
+        max_pages: int = 1000,
+        reverse: bool = False,
+        repo: str | None = None,
+    ) -> AsyncIterator[RecordEntry]:
+        """Every record of a collection, page by page, at most ``max_pages`` pages."""
+        cursor: str | None = None
+        for _ in range(max_pages):
+            page = await self.list_records(
+                collection, limit=page_size, cursor=cursor, reverse=reverse, repo=repo
+            )
+            for r in page.records:
+                yield r
+            if page.cursor is None or page.cursor == cursor:
+                return
+            cursor = page.cursor
+        log.warning("listRecords %s stopped after %d pages", collection, max_pages)
+
+    async def put_record(
+        self,
+        collection: str,
+        rkey: str,
+        record: Mapping[str, Any],
+        *,
+        swap_record: str | None | _Unset = UNSET,
+        validate: bool | None = None,
+    ) -> PutResult:
+        """putRecord. ``swap_record=None`` = create-only, a CID = update-only-if-unchanged.
+
+        Raises :class:`ClaimConflict` when the swap does not match (``InvalidSwap``).
+        """
+        body: dict[str, Any] = {
+            "repo": self.did,
+            "collection": collection,
+            "rkey": rkey,
+            "record": _bytes_json(dict(record)),
+        }
+        if not isinstance(swap_record, _Unset):
+            body["swapRecord"] = swap_record  # None is sent as JSON null on purpose
+        if validate is not None:
+            body["validate"] = validate
+        data = await self._call(
+            "POST", "com.atproto.repo.putRecord", json_body=body, auth="required", retry="write",
+            what=f"putRecord {collection}/{rkey}",
+        )
+        return PutResult(uri=data["uri"], cid=data["cid"], committed="commit" in data)
+
+    async def create_only(self, collection: str, rkey: str, record: Mapping[str, Any]) -> bool:
+        """Write a record only if the key is free: True if created, False if an identical
+        record is already there; :class:`ClaimConflict` if a different one is."""
+        res = await self.put_record(collection, rkey, record, swap_record=None)
+        return res.committed
+
+    async def delete_record(
+        self, collection: str, rkey: str, *, swap_record: str | None = None
+    ) -> None:
+        """deleteRecord (no error if it does not exist); ``swap_record`` = only if unchanged."""
+        body: dict[str, Any] = {"repo": self.did, "collection": collection, "rkey": rkey}
+        if swap_record is not None:
+            body["swapRecord"] = swap_record
+        await self._call(
+            "POST", "com.atproto.repo.deleteRecord", json_body=body, auth="required", retry="write",
+            what=f"deleteRecord {collection}/{rkey}",
+        )
+
+    # --- blobs and repo ----------------------------------------------------------------------
+
+    async def upload_blob(self, data: bytes, mime: str = "application/octet-stream") -> dict[str, Any]:
+        """uploadBlob; returns the blob ref dict to embed in a record
+        (``{"$type": "blob", "ref": {"$link": cid}, "mimeType", "size"}``)."""
+        res = await self._call(
+            "POST", "com.atproto.repo.uploadBlob", content=bytes(data),
+            headers={"Content-Type": mime}, auth="required", retry="write",
+        )
+        blob = res.get("blob")
+        if not isinstance(blob, dict) or "ref" not in blob:
+            raise PdsError("PDS answered uploadBlob without a blob ref")
+        return blob
+
+    async def get_blob(self, did: str, cid: str, *, max_bytes: int = DEFAULT_MAX_BLOB_BYTES) -> bytes:
+        """sync.getBlob, refusing bodies over ``max_bytes``."""
+        return await self._get_bytes(
+            "com.atproto.sync.getBlob", {"did": did, "cid": cid}, max_bytes, f"getBlob {cid}"
+        )
+
+    async def get_repo(self, did: str, *, max_bytes: int = DEFAULT_MAX_REPO_BYTES) -> bytes:
+        """sync.getRepo: the whole repo as a CAR file."""
+        return await self._get_bytes("com.atproto.sync.getRepo", {"did": did}, max_bytes, f"getRepo {did}")
+
+    # --- transport ----------------------------------------------------------------------------
+
+    async def _get_bytes(self, nsid: str, params: dict[str, Any], max_bytes: int, what: str) -> bytes:
+        async def attempt() -> bytes:
+            headers = await self._auth_headers("optional")
+            async with self._http.stream(
+                "GET", f"{self.pds_url}/xrpc/{nsid}", params=params, headers=headers
+            ) as resp:
+                if resp.status_code != 200:
+                    await resp.aread()
+                    raise error_from_response(resp, what)
+                declared = resp.headers.get("content-length")
+                if declared and declared.isdigit() and int(declared) > max_bytes:
+                    raise PdsError(f"{what} is {declared} bytes, over the {max_bytes}-byte limit")
+                buf = bytearray()
+                async for chunk in resp.aiter_bytes():
+                    buf += chunk
+                    if len(buf) > max_bytes:
+                        raise PdsError(f"{what} is over the {max_bytes}-byte limit")
+                return bytes(buf)
+
+        return await self._with_retries(attempt, what, retry="read")
+
+    async def _auth_headers(self, auth: str | None) -> dict[str, str]:
+        if auth is None or (auth == "optional" and self._session is None):
+            return {}
+        if auth in ("required", "optional"):
+            return {"Authorization": f"Bearer {await self._access_token()}"}
+        return {"Authorization": f"Bearer {auth}"}  # an explicit token (refreshSession)
+
+    async def _call(
+        self,
+        method: str,
+        nsid: str,
+        *,
+        params: Mapping[str, Any] | None = None,
+        json_body: Any = None,
+        content: bytes | None = None,
+        headers: Mapping[str, str] | None = None,
+        auth: str | None = "required",
+        retry: str = "read",
+        what: str | None = None,
+    ) -> dict[str, Any]:
+        """One XRPC call with auth, error mapping, ExpiredToken refresh and retries."""
+        what = what or nsid
+        refreshed = False
+
+        async def attempt() -> dict[str, Any]:
+            nonlocal refreshed
+            while True:
+                h = dict(headers or {})
+                h.update(await self._auth_headers(auth))
+                kwargs: dict[str, Any] = {"params": params, "headers": h}
+                if json_body is not None:
+                    kwargs["content"] = json.dumps(json_body, separators=(",", ":")).encode()
+                    h["Content-Type"] = "application/json"
+                elif content is not None:
+                    kwargs["content"] = content
+                resp = await self._http.request(method, f"{self.pds_url}/xrpc/{nsid}", **kwargs)
+                if resp.status_code == 200:
+                    if not resp.content:
+                        return {}
+                    try:
+                        data = resp.json()
+                    except ValueError:
+                        raise PdsError(f"PDS answered {what} with invalid JSON", status=200) from None
+                    return data if isinstance(data, dict) else {}
+                err = error_from_response(resp, what)
+                if (
+                    err.error == "ExpiredToken"
+                    and auth in ("required", "optional")
+                    and self._session is not None
+                    and not refreshed
+                ):
+                    refreshed = True
+                    await self.refresh()
+                    continue
+                raise err
+
+        return await self._with_retries(attempt, what, retry=retry)
+
+    async def _with_retries(self, attempt: Callable[[], Awaitable[Any]], what: str, *, retry: str) -> Any:
+        """Run ``attempt`` with bounded exponential backoff.
+
+        ``read``: retry connection errors, timeouts, 5xx and 429. ``write``: retry only
+        connect errors (the request never left) and 429 (the PDS did nothing).
+        """
+        for n in range(self._max_retries + 1):
+            last = n == self._max_retries
+            try:
+                return await attempt()
+            except httpx.TransportError as e:
+                safe = retry == "read" or isinstance(e, (httpx.ConnectError, httpx.ConnectTimeout))
+                if last or not safe:
+                    raise PdsUnavailable(
+                        f"cannot reach the PDS at {self.pds_url} for {what} ({type(e).__name__}): "
+                        "check that it is running and the URL is right"
+                    ) from None
+                delay = self._backoff(n)
+            except PdsRateLimited as e:
+                wait = e.retry_after if e.retry_after is not None else self._backoff(n)
+                if last or wait > self._max_rate_limit_wait:
+                    raise
+                delay = wait
+            except PdsUnavailable:
+                if last or retry != "read":
+                    raise
+                delay = self._backoff(n)
+            log.info("PDS %s failed, retry %d/%d in %.1f s", what, n + 1, self._max_retries, delay)
+            await asyncio.sleep(delay)
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def _backoff(self, n: int) -> float:
+        return min(self._backoff_cap, self._backoff_base * (2**n)) * (0.5 + random.random() / 2)
