@@ -80,7 +80,7 @@ def decode_frame_full(
     """
     try:
         parsed = Frame.from_bytes(frame)
-    except AtProtocolError as e:
+    except (AtProtocolError, ValueError, TypeError) as e:  # libipld raises ValueError
         raise FirehoseError(f"undecodable firehose frame: {e}") from None
     if isinstance(parsed, ErrorFrame):
         name, msg = parsed.body.error, parsed.body.message
@@ -89,6 +89,8 @@ def decode_frame_full(
         )
     body = parsed.body
     kind = parsed.header.t
+    if not isinstance(body, dict):
+        raise FirehoseError(f"firehose frame {kind} has no map body")
     raw_seq = body.get("seq") if isinstance(body, dict) else None
     seq = raw_seq if isinstance(raw_seq, int) else None
 
@@ -200,7 +202,11 @@ async def subscribe_repos(
     With ``markers=True`` also yields :class:`StreamMarker` for #info/#sync/#account/
     #identity frames (of the filtered repos). #info frames are logged either way.
     Persist ``event.seq`` to resume. Connection loss raises :class:`PdsUnavailable`;
-    an error frame raises :class:`FirehoseError`.
+    an error frame raises :class:`FirehoseError`. Wrap it in ``contextlib.aclosing``
+    when you may stop early, so the socket closes at once::
+
+        async with aclosing(subscribe_repos(url, cursor=c, did_filter={did})) as events:
+            async for ev in events: ...
     """
     url = subscribe_url(pds_url, cursor)
     dids = frozenset(did_filter) if did_filter is not None else None

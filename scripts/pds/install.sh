@@ -23,7 +23,7 @@ set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 bundle="$(sed -n 's/^ *"version": *"\([^"]*\)".*/\1/p' "$here/package.json" | head -n1)"
-cache="${GELBRIDGE_CACHE:-$HOME/.cache/gelbridge}"
+cache="${GELBRIDGE_CACHE:-${HOME:-/tmp}/.cache/gelbridge}"
 dir="${GELBRIDGE_PDS_DIR:-$cache/pds-$bundle}"
 marker="$dir/.gelbridge-installed"
 

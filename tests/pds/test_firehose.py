@@ -6,6 +6,7 @@ import asyncio
 import base64
 import secrets
 from collections.abc import AsyncIterator
+from contextlib import aclosing
 
 import pytest
 import websockets
@@ -57,10 +58,11 @@ async def collect(
     out: list[RepoEvent] = []
 
     async def run() -> None:
-        async for ev in subscribe_repos(pds_url, cursor=cursor, did_filter={did}):
-            out.append(ev)
-            if len(out) >= n:
-                return
+        async with aclosing(subscribe_repos(pds_url, cursor=cursor, did_filter={did})) as events:
+            async for ev in events:
+                out.append(ev)
+                if len(out) >= n:
+                    return
 
     await asyncio.wait_for(run(), timeout)
     return out
@@ -166,13 +168,13 @@ async def test_markers_report_account_frames_of_filtered_repos(
     kinds: list[str] = []
 
     async def run() -> None:
-        async for item in subscribe_repos(
-            dev_pds.pds_url, cursor=0, did_filter={pds_account.did}, markers=True
-        ):
-            assert isinstance(item, StreamMarker) and item.did == pds_account.did
-            kinds.append(item.kind)
-            if "#sync" in kinds or len(kinds) >= 3:
-                return
+        stream = subscribe_repos(dev_pds.pds_url, cursor=0, did_filter={pds_account.did}, markers=True)
+        async with aclosing(stream) as items:
+            async for item in items:
+                assert isinstance(item, StreamMarker) and item.did == pds_account.did
+                kinds.append(item.kind)
+                if "#sync" in kinds or len(kinds) >= 3:
+                    return
 
     await asyncio.wait_for(run(), 20)
     assert "#identity" in kinds and "#account" in kinds
