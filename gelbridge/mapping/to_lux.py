@@ -1,0 +1,426 @@
+"""A thread of opened records → a Lux IR request (pure; PROTOCOL.md §3–5).
+
+Rules (docs/protocol-decisions.md, "Records → Lux IR"):
+
+- ``instructions`` = operator ``[defaults] instructions``, then the conversation's
+  instruction text parts;
+- a user message → one ``user`` message (text, images from opened blobs, files as
+  their extracted text); approval parts are never sent, and a message left empty
+  adds nothing;
+- a reply → assistant turns: reasoning → ``thinking``, text → ``text`` (its
+  ``sourcePart``s become url annotations), calls → ``tool_use``; after each turn one
+  ``tool`` message per call, in call order. A text/reasoning/other part after a call
+  starts the next turn (the next tool-loop step);
+- every call has exactly one result: a waiting copy (``approval: pending``) is
+  replaced, at its own position, by the repeated call of the next reply (or
+  ``reply_prefix``) with that call's result; a call left without a result anywhere
+  gets a synthetic error result "not run: …"; duplicate or empty call ids are
+  renamed in the request;
+- ``providerData`` of another provider/model is stripped
+  (``strip_foreign_provider_data``).
+
+Every loss is a ``Diagnostic`` naming the record part (``<rkey>.parts[i]``) or the
+request field; details never hold user content.
+"""
+
+from __future__ import annotations
+
+import base64
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from gelbridge.lux import (
+    Annotation,
+    Content,
+    ConversionStatus,
+    Converted,
+    Diagnostic,
+    LuxRequest,
+    Media,
+    MediaSource,
+    Message,
+    Options,
+    ReasoningConfig,
+    Role,
+    Text,
+    Thinking,
+    Tool,
+    ToolResult,
+    ToolUse,
+    strip_foreign_provider_data,
+)
+from gelbridge.mapping.choice import TurnChoice
+from gelbridge.mapping.provider_data import decode_provider_data
+from gelbridge.records.constants import (
+    ROLE_ASSISTANT,
+    STATUS_AWAITING_APPROVAL,
+    STATUS_COMPLETE,
+)
+from gelbridge.records.models import (
+    FilePart,
+    ImagePart,
+    MessageRecord,
+    Part,
+    PlainContent,
+    ReasoningPart,
+    SourcePart,
+    TextPart,
+    ToolApprovalPart,
+    ToolCallPart,
+    ToolResultPart,
+    UnknownPart,
+)
+
+_DEGRADED = ConversionStatus.DEGRADED
+_UNSUPPORTED = ConversionStatus.UNSUPPORTED
+_INVALID = ConversionStatus.INVALID
+
+NOT_RUN_UNANSWERED = "not run: the call waited for the user's approval and was never answered"
+NOT_RUN_APPROVED = "not run: the call was approved but has no result yet"
+NOT_RUN_ENDED = "not run: the reply ended before the tool ran"
+
+PREFIX_NAME = "reply_prefix"
+
+
+@dataclass(frozen=True, slots=True)
+class OpenedMessage:
+    """A message record of the thread with its content opened (the caller opens)."""
+
+    rkey: str
+    record: MessageRecord
+    content: PlainContent
+
+
+@dataclass(slots=True)
+class _Segment:
+    rkey: str
+    assistant: bool
+    parts: Sequence[Part]
+    status: str | None = None
+
+
+def _tool_json(t: Tool | Mapping[str, Any]) -> Tool:
+    if isinstance(t, Tool):
+        return t
+    params = t.get("parameters")
+    return Tool(
+        name=str(t["name"]),
+        parameters=dict(params) if isinstance(params, Mapping) else {"type": "object", "properties": {}},
+        description=t.get("description"),
+    )
+
+
+def build_request(
+    thread: Sequence[OpenedMessage],
+    *,
+    provider: str,
+    model: str,
+    choice: TurnChoice | None = None,
+    instructions: str | None = None,
+    conversation_instructions: PlainContent | None = None,
+    tool_specs: Sequence[Tool | Mapping[str, Any]] = (),
+    options: Options | None = None,
+    blobs: Mapping[str, bytes] | None = None,
+    reply_prefix: Sequence[Part] = (),
+) -> Converted[LuxRequest]:
+    """The Lux IR request for the reply to the last message of ``thread``.
+
+    ``provider``/``model``: the target (a ``[providers]`` key and model id, as in
+    ``modelRef``); provider data of any other producer is stripped. ``choice`` gives
+    the effort (→ ``reasoning``). ``instructions``: the operator's system prompt.
+    ``tool_specs``: the declarations of the chosen tools (Lux ``Tool`` or
+    ``{"name", "description", "parameters"}``). ``blobs``: opened blob bytes by CID
+    (images, extracted text). ``reply_prefix``: parts already in the reply being
+    written (repeated approved/denied calls with results, earlier tool-loop steps).
+    """
+    b = _Builder(blobs or {})
+    instr = b.instructions(instructions, conversation_instructions)
+    segments = [
+        _Segment(m.rkey, m.record.role == ROLE_ASSISTANT, m.content.parts, m.record.status)
+        for m in thread
+    ]
+    if reply_prefix:
+        segments.append(_Segment(PREFIX_NAME, True, reply_prefix, None))
+    b.conversation(segments)
+    tools = [_tool_json(t) for t in tool_specs]
+    req = LuxRequest(
+        model=model,
+        conversation=b.out,  # type: ignore[arg-type]
+        options=options if options is not None else Options(stream=True),
+        instructions=instr or None,
+        tools=tools or None,
+        reasoning=ReasoningConfig.from_effort(choice.effort) if choice is not None else None,
+    )
+    req, stripped = strip_foreign_provider_data(req, provider, model)
+    return Converted(req, b.diags + stripped)
+
+
+class _Builder:
+    __slots__ = ("blobs", "diags", "out", "emitted", "replacements", "consumed")
+
+    def __init__(self, blobs: Mapping[str, bytes]) -> None:
+        self.blobs = blobs
+        self.diags: list[Diagnostic] = []
+        self.out: list[Message] = []
+        self.emitted: set[str] = set()  # call ids already in the request
+        # (segment index, call id) -> (repeated call part, its result or None)
+        self.replacements: dict[tuple[int, str], tuple[ToolCallPart, ToolResultPart | None]] = {}
+        self.consumed: set[tuple[int, int]] = set()  # (segment index, part index) already used
+
+    def note(self, field: str, status: ConversionStatus, detail: str) -> None:
+        self.diags.append(Diagnostic(field, status, detail))
+
+    # -- instructions --------------------------------------------------------------
+
+    def instructions(self, operator: str | None, conv: PlainContent | None) -> list[Content]:
+        out: list[Content] = []
+        if operator:
+            out.append(Text(operator))
+        if conv is not None:
+            for i, p in enumerate(conv.parts):
+                if type(p) is TextPart:
+                    out.append(Text(p.text))
+                else:
+                    self.note(f"conversation.instructions.parts[{i}]", _UNSUPPORTED,
+                              f"{_type_name(p)} in instructions; only text parts form the system prompt")
+        return out
+
+    # -- conversation -------------------------------------------------------------
+
+    def conversation(self, segments: list[_Segment]) -> None:
+        self.find_replacements(segments)
+        for si, seg in enumerate(segments):
+            if seg.assistant:
+                self.reply(si, seg)
+            else:
+                self.user(seg)
+
+    def find_replacements(self, segments: list[_Segment]) -> None:
+        """Pair each waiting call with its repeated copy in the next reply of the thread."""
+        prev_reply: int | None = None
+        for si, seg in enumerate(segments):
+            if not seg.assistant:
+                continue
+            if prev_reply is not None:
+                waiting = _waiting_ids(segments[prev_reply].parts)
+                if waiting:
+                    results: dict[str, int] = {}
+                    for pi, p in enumerate(seg.parts):
+                        if type(p) is ToolResultPart and p.call_id in waiting and p.call_id not in results:
+                            results[p.call_id] = pi
+                    for pi, p in enumerate(seg.parts):
+                        if (type(p) is ToolCallPart and p.call_id in waiting and p.approval != "pending"
+                                and (prev_reply, p.call_id) not in self.replacements):
+                            ri = results.get(p.call_id)
+                            res = seg.parts[ri] if ri is not None else None
+                            self.replacements[(prev_reply, p.call_id)] = (p, res)  # type: ignore[assignment]
+                            self.consumed.add((si, pi))
+                            if ri is not None:
+                                self.consumed.add((si, ri))
+            prev_reply = si
+
+    def user(self, seg: _Segment) -> None:
+        blocks: list[Content] = []
+        for pi, p in enumerate(seg.parts):
+            path = f"{seg.rkey}.parts[{pi}]"
+            t = type(p)
+            if t is ToolApprovalPart:
+                continue  # answers go to the approval resolution, not to the model
+            if t is ToolCallPart or t is ToolResultPart:
+                self.note(path, _INVALID, f"{_type_name(p)} in a user message; left out")
+                continue
+            self.content_part(p, path, blocks)
+        if blocks:
+            self.out.append(Message(Role.USER, blocks))
+
+    def reply(self, si: int, seg: _Segment) -> None:
+        parts = seg.parts
+        if seg.status not in (None, STATUS_COMPLETE, STATUS_AWAITING_APPROVAL) and parts:
+            self.note(seg.rkey, _DEGRADED,
+                      f"reply has status {seg.status}; its partial content is included")
+        results: dict[str, ToolResultPart] = {}
+        call_ids = {p.call_id for p in parts if type(p) is ToolCallPart}
+        for pi, p in enumerate(parts):
+            if type(p) is ToolResultPart and (si, pi) not in self.consumed:
+                if p.call_id in results:
+                    self.note(f"{seg.rkey}.parts[{pi}]", _INVALID, "second result for one call; left out")
+                elif p.call_id not in call_ids:
+                    self.note(f"{seg.rkey}.parts[{pi}]", _INVALID, "result without a call in this reply; left out")
+                else:
+                    results[p.call_id] = p
+        blocks: list[Content] = []
+        calls: list[tuple[str, ToolResult]] = []  # request id, result
+
+        def flush() -> None:
+            if blocks:
+                self.out.append(Message(Role.ASSISTANT, list(blocks)))
+            for _, tr in calls:
+                self.out.append(Message(Role.TOOL, [tr]))
+            blocks.clear()
+            calls.clear()
+
+        for pi, p in enumerate(parts):
+            if (si, pi) in self.consumed:
+                continue
+            t = type(p)
+            path = f"{seg.rkey}.parts[{pi}]"
+            if t is ToolResultPart:
+                continue  # placed after its call's turn
+            if t is ToolCallPart:
+                self.call(si, seg, pi, p, results, blocks, calls)  # type: ignore[arg-type]
+                continue
+            if t is ToolApprovalPart:
+                self.note(path, _INVALID, "toolApprovalPart in a reply; left out")
+                continue
+            if calls and t is not SourcePart:
+                flush()  # the next tool-loop step
+            self.content_part(p, path, blocks)
+        flush()
+
+    def call(
+        self,
+        si: int,
+        seg: _Segment,
+        pi: int,
+        p: ToolCallPart,
+        results: dict[str, ToolResultPart],
+        blocks: list[Content],
+        calls: list[tuple[str, ToolResult]],
+    ) -> None:
+        path = f"{seg.rkey}.parts[{pi}]"
+        call = p
+        res = results.get(p.call_id)
+        synthetic: str | None = None
+        if res is None:
+            rep = self.replacements.get((si, p.call_id))
+            if rep is not None:
+                call, res = rep
+                if res is None:
+                    synthetic = NOT_RUN_APPROVED if call.approval == "approved" else NOT_RUN_ENDED
+            elif p.approval == "pending":
+                synthetic = NOT_RUN_UNANSWERED
+            elif p.approval == "approved":
+                synthetic = NOT_RUN_APPROVED
+            else:
+                synthetic = NOT_RUN_ENDED
+        rid = call.call_id
+        if not rid or rid in self.emitted:
+            base = rid or f"call_{_safe(seg.rkey)}_{pi}"
+            n = 1
+            new = base if base not in self.emitted else f"{base}_{n}"
+            while new in self.emitted:
+                n += 1
+                new = f"{base}_{n}"
+            self.note(f"{path}.callId", _DEGRADED,
+                      "empty call id given one in the request" if not rid
+                      else "call id used by an earlier call; renamed in the request")
+            rid = new
+        self.emitted.add(rid)
+        pd = None
+        if call.provider_data is not None:
+            pd = self._provider_data(call.provider_data, f"{path}.providerData")
+        blocks.append(ToolUse(rid, call.tool, call.input, pd.provider_data if pd is not None else None))
+        if synthetic is not None:
+            self.note(path, _DEGRADED, f"call has no result; answered as '{synthetic}'")
+            calls.append((rid, ToolResult(rid, [Text(synthetic)], True)))
+            return
+        assert res is not None
+        if res.output_blob is not None:
+            self.note(f"{path}.outputBlob", _DEGRADED, "full output blob not sent; the summary in output is")
+        calls.append((rid, ToolResult(rid, [Text(res.output)], res.is_error)))
+
+    # -- single parts ------------------------------------------------------------------
+
+    def _provider_data(self, text: str, path: str) -> Any:
+        try:
+            return decode_provider_data(text)
+        except ValueError as e:
+            self.note(path, _INVALID, f"{e}; not sent")
+            return None
+
+    def content_part(self, p: Part, path: str, blocks: list[Content]) -> None:
+        t = type(p)
+        if t is TextPart:
+            pd = self._provider_data(p.provider_data, f"{path}.providerData") if p.provider_data else None  # type: ignore[union-attr]
+            blocks.append(Text(p.text, None, pd.provider_data if pd is not None else None))  # type: ignore[union-attr]
+        elif t is ReasoningPart:
+            self.reasoning(p, path, blocks)  # type: ignore[arg-type]
+        elif t is SourcePart:
+            last = blocks[-1] if blocks else None
+            if type(last) is Text:
+                ann = Annotation("url", p.title, p.url)  # type: ignore[union-attr]
+                if last.annotations is None:
+                    last.annotations = [ann]
+                else:
+                    last.annotations.append(ann)
+            else:
+                self.note(path, _UNSUPPORTED, "sourcePart without a text part before it; left out")
+        elif t is ImagePart:
+            self.image(p, path, blocks)  # type: ignore[arg-type]
+        elif t is FilePart:
+            self.file(p, path, blocks)  # type: ignore[arg-type]
+        elif t is UnknownPart:
+            self.note(path, _UNSUPPORTED, f"unknown part type {p.type!r}; left out")  # type: ignore[union-attr]
+        else:
+            self.note(path, _UNSUPPORTED, f"{_type_name(p)} left out")
+
+    def reasoning(self, p: ReasoningPart, path: str, blocks: list[Content]) -> None:
+        text = p.text or ""
+        if p.provider_data is None:
+            if text:
+                blocks.append(Thinking(text))
+            return
+        d = self._provider_data(p.provider_data, f"{path}.providerData")
+        if d is None:
+            if text:
+                blocks.append(Thinking(text))
+            return
+        if d.summary and text:
+            blocks.append(Thinking("", d.redacted, d.signature, [Text(text)], d.provider_data))
+        else:
+            blocks.append(Thinking(text, d.redacted, d.signature, None, d.provider_data))
+
+    def image(self, p: ImagePart, path: str, blocks: list[Content]) -> None:
+        data = self.blobs.get(p.image.ref)
+        if data is None:
+            if p.alt:
+                blocks.append(Text(f"[image: {p.alt}]"))
+            self.note(path, _UNSUPPORTED,
+                      "image blob not available; left out" + (" (its alt text is sent)" if p.alt else ""))
+            return
+        blocks.append(Media("image", p.image.mime_type,
+                            MediaSource("inline", base64.b64encode(data).decode("ascii"))))
+
+    def file(self, p: FilePart, path: str, blocks: list[Content]) -> None:
+        name = p.name or "attachment"
+        if p.extracted is None:
+            self.note(path, _UNSUPPORTED, f"file ({p.file.mime_type}) has no extracted text; left out")
+            return
+        data = self.blobs.get(p.extracted.text.ref)
+        if data is None:
+            self.note(path, _UNSUPPORTED, "extracted-text blob not available; file left out")
+            return
+        try:
+            text = data.decode("utf-8")
+        except UnicodeDecodeError:
+            text = data.decode("utf-8", errors="replace")
+            self.note(f"{path}.extracted", _DEGRADED, "extracted text is not valid UTF-8; bad bytes replaced")
+        blocks.append(Text(f"[file: {name}]\n{text}"))
+
+
+def _waiting_ids(parts: Sequence[Part]) -> set[str]:
+    done = {p.call_id for p in parts if type(p) is ToolResultPart}
+    return {p.call_id for p in parts if type(p) is ToolCallPart and p.approval == "pending"
+            and p.call_id not in done}
+
+
+def _type_name(p: Any) -> str:
+    t = getattr(p, "type", None)
+    if isinstance(t, str):
+        return t.rpartition("#")[2] or t
+    return type(p).__name__
+
+
+def _safe(rkey: str) -> str:
+    return "".join(c if c.isascii() and (c.isalnum() or c in "_-") else "_" for c in rkey)
