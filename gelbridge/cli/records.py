@@ -178,7 +178,8 @@ def convert_file(records: Path, keyring: Keyring, message: str, settings: Settin
                     if settings_entry is not None else None)
     msg = thread.message.record
     prev_key = previous_reply_rkey(message, msg)
-    prev = lookup(prev_key) if prev_key is not None else None
+    in_thread = {t.rkey: t.record for t in thread.entries}
+    prev = (in_thread.get(prev_key) or lookup(prev_key)) if prev_key is not None else None
     choice = choose_turn(msg, previous_reply=prev, conversation=conv_rec,
                          settings_record=settings_rec, defaults=settings.defaults)
     if choice.model is None:
