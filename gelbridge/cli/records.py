@@ -227,13 +227,13 @@ def convert_command(
     message: Annotated[str, typer.Option("--message", help="Record key of the user message to answer.")],
     keyring: KeyringOption = None,
     config: Annotated[
-        Path | None, typer.Option("--config", help="Config file (TOML): [defaults], [thread], [tools].")
+        Path | None, typer.Option("--config", help="Config file (TOML): defaults, thread depth limit, built-in tools.")
     ] = None,
 ) -> None:
     """Print the Lux IR request gelbridge would send for the reply to a message.
 
     Walks the message's thread, opens it, chooses model/tools/effort (message,
-    previous reply, conversation and settings records of the file, then [defaults]),
+    previous reply, conversation and settings records of the file, then the config's defaults section),
     and prints the request JSON on stdout; diagnostics go to stderr, one per line.
     Blobs are not in record files: images and extracted file text are reported.
     Approved calls are not run offline; they are answered as not run.
