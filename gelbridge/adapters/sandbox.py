@@ -209,7 +209,7 @@ class LuaSandbox:
         )
         if status != "ok":
             msg = _text(value)[:500]
-            if status == "contract":
+            if not msg.startswith(chunkname + ":"):
                 msg = f"{chunkname}: {msg}"
             raise AdapterLoadError(msg)
         return json.loads(_text(value))

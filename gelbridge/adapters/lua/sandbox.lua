@@ -50,7 +50,15 @@ local function pass(ok, ...)
 end
 
 local function safe_pcall(f, ...) return pass(raw_pcall(f, ...)) end
-local function safe_xpcall(f, h, ...) return pass(raw_xpcall(f, h, ...)) end
+-- Lua 5.4 runs a message handler for an error raised by the hook with hooks
+-- still disabled, so a script's handler must never run once a limit was hit.
+local function safe_xpcall(f, h, ...)
+  local function guarded(e)
+    if violation then return MSG[violation] end
+    return h(e)
+  end
+  return pass(raw_xpcall(f, guarded, ...))
+end
 
 local function new_coroutine(f)
   local c = co_create(f)
