@@ -3,8 +3,9 @@
 Each call borrows a runtime from the adapter's own pool (never shared with another
 adapter), so concurrent calls from different threads run in parallel (lupa releases
 the GIL while Lua runs). A runtime that hit a limit is thrown away and replaced.
-Scripts must be stateless between calls: consecutive calls, even chunks of one
-stream, may run in different runtimes.
+Scripts must be stateless between calls, except within one stream: a
+``StreamSession`` pins one runtime and one ``state`` table (the second argument of
+``transform_stream_chunk``) for all chunks of a stream.
 """
 
 from __future__ import annotations
@@ -18,7 +19,10 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
+from dataclasses import dataclass
+
 from gelbridge.adapters.hostapi import AdapterServices
+from gelbridge.adapters.ids import ToolCallIdRule
 from gelbridge.adapters.sandbox import LuaSandbox, SandboxLimits
 from gelbridge.errors import AdapterError
 
@@ -85,12 +89,105 @@ class _RuntimePool:
             return
         self._idle.put(rt)
 
+    def acquire_pinned(self) -> tuple[LuaSandbox, bool]:
+        """A runtime for the whole of one stream: ``(runtime, overflow)``.
+
+        A stream holds its runtime between chunks (its ``state`` table lives there),
+        so instead of waiting when every pooled runtime is held, an extra "overflow"
+        runtime is created for the stream and dropped afterwards.
+        """
+        try:
+            return self._idle.get_nowait(), False
+        except queue.Empty:
+            pass
+        with self._lock:
+            grow = self._created < self._limits.pool_size
+            if grow:
+                self._created += 1
+        try:
+            return self._new(), not grow
+        except BaseException:
+            if grow:
+                with self._lock:
+                    self._created -= 1
+            raise
+
+    def release_pinned(self, rt: LuaSandbox, overflow: bool) -> None:
+        if overflow:
+            return
+        self._release(rt)
+
+
+AUTH_STYLES = ("bearer", "x-api-key", "x-goog-api-key", "none")
+FORMATS = ("completion", "lux-ir-v1")
+STREAM_FORMATS = ("sse", "ndjson")
+
+
+@dataclass(frozen=True)
+class AdapterOptions:
+    """Optional metadata fields beyond ADAPTER.md (all additive; defaults shown)."""
+
+    format: str = "completion"
+    """``completion`` (ADAPTER.md) or ``lux-ir-v1`` (Lux IR in and out)."""
+    stream_endpoint: str | None = None
+    """Path for streaming requests (default: ``endpoint``)."""
+    stream_format: str = "sse"
+    """``sse`` or ``ndjson`` (Ollama's native API)."""
+    auth: str | None = None
+    """bearer | x-api-key | x-goog-api-key | none; None: by adapter name (transport)."""
+    tool_call_id: ToolCallIdRule | None = None
+    """Which tool-call ids the provider accepts; others are mapped (``adapters/ids.py``)."""
+
+
+class StreamSession:
+    """One runtime and one ``state`` table pinned for a whole stream.
+
+    ``chunk(data)`` calls ``transform_stream_chunk(data, state)``: ADAPTER.md scripts
+    ignore the second argument, ``lux-ir-v1`` scripts keep per-stream state in it.
+    Not thread-safe (one stream = one consumer). ``close()`` returns the runtime.
+    """
+
+    __slots__ = ("_adapter", "_pool", "_rt", "_overflow", "_state", "_fname")
+
+    def __init__(self, adapter: Adapter) -> None:
+        if not adapter.has_stream_transform:
+            raise AdapterError(f"adapter {adapter.name!r} has no transform_stream_chunk")
+        self._adapter = adapter
+        self._pool = adapter._pool
+        self._rt, self._overflow = self._pool.acquire_pinned()
+        self._state = self._rt._rt.table()
+        self._fname = b"transform_stream_chunk"
+
+    def chunk(self, data: str) -> str:
+        rt = self._rt
+        if rt is None:
+            raise AdapterError(f"adapter {self._adapter.name!r}: stream session already closed")
+        # The sandbox's two-argument entry point ("url" kind) passes (data, state) and
+        # keeps every limit; a nil result is refused by _result like any non-string.
+        dl, budget = rt._budget()
+        status, value = rt._run(rt._invoke, "transform_stream_chunk", b"url", self._fname, dl, budget,
+                                data.encode("utf-8", "replace"), self._state)
+        return rt._result("transform_stream_chunk", status, value)  # type: ignore[return-value]
+
+    def close(self) -> None:
+        rt, self._rt = self._rt, None
+        if rt is not None:
+            self._state = None
+            self._pool.release_pinned(rt, self._overflow)
+
+    def __enter__(self) -> StreamSession:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
 
 class Adapter:
     """A loaded adapter: metadata plus the ADAPTER.md string-in/string-out calls."""
 
     def __init__(self, *, name: str, version: str, endpoint: str, headers: dict[str, str],
-                 source: Path, functions: Mapping[str, bool], pool: _RuntimePool) -> None:
+                 source: Path, functions: Mapping[str, bool], pool: _RuntimePool,
+                 options: AdapterOptions | None = None) -> None:
         self.name = name
         self.version = version
         self.endpoint = endpoint
@@ -98,6 +195,33 @@ class Adapter:
         self.source = source
         self._functions = dict(functions)
         self._pool = pool
+        self.options = options or AdapterOptions()
+
+    @property
+    def format(self) -> str:
+        """``completion`` (ADAPTER.md) or ``lux-ir-v1``."""
+        return self.options.format
+
+    def path_for(self, model: str, stream: bool) -> str:
+        """The request path (``{model}`` not yet replaced): ``build_url(model, stream)``
+        if the script defines it and returns a string, else ``stream_endpoint`` for
+        streams (when set), else ``endpoint``. Must start with ``/``."""
+        path: str | None = None
+        if self.has_build_url:
+            with self._pool.runtime() as rt:
+                path = rt.call_url(model, stream)
+        if path is None:
+            path = (self.options.stream_endpoint if stream and self.options.stream_endpoint
+                    else self.endpoint) or DEFAULT_ENDPOINT
+        if not path.startswith("/"):
+            raise AdapterError(
+                f"adapter {self.name!r}: the endpoint {path[:80]!r} must be a path starting with '/'"
+            )
+        return path
+
+    def stream_session(self) -> StreamSession:
+        """Pin one runtime and one fresh ``state`` table for a whole stream (close it!)."""
+        return StreamSession(self)
 
     def __repr__(self) -> str:
         return f"Adapter({self.name!r}, version={self.version!r}, source={str(self.source)!r})"
@@ -154,17 +278,7 @@ class Adapter:
         start with ``/`` (a query string is allowed): an adapter cannot send the
         request, and the key, to another host.
         """
-        path: str | None = None
-        if self.has_build_url:
-            with self._pool.runtime() as rt:
-                path = rt.call_url(model, stream)
-        if path is None:
-            path = self.endpoint or DEFAULT_ENDPOINT
-        path = path.replace("{model}", quote(model, safe=""))
-        if not path.startswith("/"):
-            raise AdapterError(
-                f"adapter {self.name!r}: the endpoint {path[:80]!r} must be a path starting with '/'"
-            )
+        path = self.path_for(model, stream).replace("{model}", quote(model, safe=""))
         return base_url.rstrip("/") + path
 
 
@@ -192,6 +306,7 @@ def load_adapter(path: Path, *, limits: SandboxLimits, allow_hosts: Mapping[str,
     # The name is known only after the script ran: bind logging and http to it now.
     services.rebind(name, allow_hosts.get(name, ()))
     first.adapter = name
+    options = _read_options(source, chunkname, limits, services, f"{path.name}")
     pool = _RuntimePool(name, source, chunkname, limits, services, first)
     return Adapter(
         name=name,
@@ -201,4 +316,53 @@ def load_adapter(path: Path, *, limits: SandboxLimits, allow_hosts: Mapping[str,
         source=path,
         functions=meta.get("functions") or {},
         pool=pool,
+        options=options,
     )
+
+
+# The sandbox reports only name/version/endpoint/headers/functions. The optional
+# fields are read once at load time in a throw-away runtime that runs the script
+# wrapped so that its table gains one extra function returning them as JSON; the
+# pooled runtimes run the script unchanged. Line numbers are kept (same first line).
+_META_HEAD = "local __gelbridge_a = (function(...) "
+_META_TAIL = """
+end)(...)
+if type(__gelbridge_a) == "table" then
+  local a = __gelbridge_a
+  local ok, s = pcall(json.encode, json.object({ format = a.format, stream_endpoint = a.stream_endpoint,
+    stream_format = a.stream_format, auth = a.auth, tool_call_id = a.tool_call_id }))
+  rawset(a, "__gelbridge_meta", function() if ok then return s end return "!" .. tostring(s) end)
+end
+return __gelbridge_a
+"""
+_META_KEYS = ("format", "stream_endpoint", "stream_format", "auth", "tool_call_id")
+
+
+def _read_options(source: bytes, chunkname: str, limits: SandboxLimits, services: AdapterServices,
+                  where: str) -> AdapterOptions:
+    from gelbridge.errors import AdapterLoadError
+
+    if not any(k.encode() in source for k in _META_KEYS):
+        return AdapterOptions()  # none of the optional fields is mentioned: defaults
+    rt = LuaSandbox(services.adapter, limits, services)
+    rt.load_script(_META_HEAD.encode() + source + _META_TAIL.encode(), chunkname)
+    raw = rt.call_string("__gelbridge_meta", "")
+    if raw.startswith("!"):
+        raise AdapterLoadError(f"{where}: optional adapter fields cannot be read: {raw[1:200]}")
+    meta = json.loads(raw) if raw else {}
+    if not isinstance(meta, dict):
+        meta = {}
+    fmt = meta.get("format") or "completion"
+    if fmt not in FORMATS:
+        raise AdapterLoadError(f"{where}: adapter.format must be one of {list(FORMATS)}, not {str(fmt)[:40]!r}")
+    se = meta.get("stream_endpoint")
+    if se is not None and (not isinstance(se, str) or not se.startswith("/")):
+        raise AdapterLoadError(f"{where}: adapter.stream_endpoint must be a path starting with '/'")
+    sf = meta.get("stream_format") or "sse"
+    if sf not in STREAM_FORMATS:
+        raise AdapterLoadError(f"{where}: adapter.stream_format must be 'sse' or 'ndjson'")
+    auth = meta.get("auth")
+    if auth is not None and auth not in AUTH_STYLES:
+        raise AdapterLoadError(f"{where}: adapter.auth must be one of {list(AUTH_STYLES)}")
+    rule = ToolCallIdRule.from_script(meta.get("tool_call_id"), where)
+    return AdapterOptions(format=fmt, stream_endpoint=se, stream_format=sf, auth=auth, tool_call_id=rule)
