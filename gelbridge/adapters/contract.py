@@ -45,6 +45,7 @@ from gelbridge.lux import (
     Media,
     Message,
     ProviderData,
+    ProviderDataDelta,
     Refusal,
     Role,
     StreamEvent,
@@ -578,6 +579,9 @@ class CompletionChunkDecoder:
         idx = self._new_index()
         self._run_kind, self._run_index = kind, idx
         out.append(BlockStart(idx, kind))
+        if kind == "thinking":
+            # reasoning_content may go back only to this provider+model: tag it
+            out.append(BlockDelta(idx, ProviderDataDelta(ProviderData(self.provider, self.model, {}))))
         return idx
 
     def _end_run(self, out: list[StreamEvent]) -> None:
