@@ -3,3 +3,4 @@ from gelbridge.cli import dev  # noqa: E402,F401
 from gelbridge.cli import keys  # noqa: E402,F401
 from gelbridge.cli import records  # noqa: E402,F401
 from gelbridge.cli import adapters  # noqa: E402,F401
+from gelbridge.cli import reply  # noqa: E402,F401

@@ -229,6 +229,10 @@ def convert_command(
     config: Annotated[
         Path | None, typer.Option("--config", help="Config file (TOML): defaults, thread depth limit, built-in tools.")
     ] = None,
+    to: Annotated[
+        str | None,
+        typer.Option("--to", help="Adapter name: print the provider request body it would send (no network)."),
+    ] = None,
 ) -> None:
     """Print the Lux IR request gelbridge would send for the reply to a message.
 
@@ -237,10 +241,16 @@ def convert_command(
     and prints the request JSON on stdout; diagnostics go to stderr, one per line.
     Blobs are not in record files: images and extracted file text are reported.
     Approved calls are not run offline; they are answered as not run.
+    With --to ADAPTER, prints instead the provider body that adapter's script builds.
     """
     settings = load_config(config)
     ring = load_keyring(keyring)
     result = convert_file(records, ring, message, settings)
+    if to is not None:
+        from gelbridge.cli.reply import print_provider_body
+
+        print_provider_body(to, result, settings)
+        return
     print_json(result.request.to_json())
     for diag in result.diagnostics:
         sys.stderr.write(f"{diag}\n")
