@@ -4,6 +4,7 @@
 -- libraries, so it captures the original string functions as upvalues.
 -- Rules (see gelbridge/adapters/__init__.py for the full contract):
 --   * json.decode(s) -> value, or nil plus a message on bad input (never raises).
+--     Raw control characters inside strings are accepted (lenient).
 --     null -> nil (in arrays it leaves a hole; trailing nulls are dropped on re-encode).
 --     Integers stay integers (Lua 5.4 integer subtype; LuaJIT: exact up to 2^53).
 --     Numbers out of double range decode to +-math.huge.
@@ -67,26 +68,20 @@ local function hex4(s, pos)
 end
 
 local function decode_string(s, pos) -- pos: opening quote
+  -- Plain finds (memchr) locate the closing quote and backslashes: much faster
+  -- than character-class patterns. Raw control characters are accepted.
   local i = pos + 1
-  local _, e = find(s, str_plain_run, i)
-  e = e + 1
-  if byte(s, e) == 34 then return sub(s, i, e - 1), e + 1 end
+  local q = find(s, '"', i, true)
+  if not q then fail(s, pos, "unterminated string") end
+  local b = find(s, "\\", i, true)
+  if not b or b > q then return sub(s, i, q - 1), q + 1 end
   local buf, n = {}, 0
   while true do
-    local c = byte(s, e)
-    if c == 34 then
-      n = n + 1; buf[n] = sub(s, i, e - 1)
-      return concat(buf), e + 1
-    elseif c == nil then
-      fail(s, pos, "unterminated string")
-    elseif c ~= 92 then
-      fail(s, e, "control character in string")
-    end
-    n = n + 1; buf[n] = sub(s, i, e - 1)
-    local x = byte(s, e + 1)
+    n = n + 1; buf[n] = sub(s, i, b - 1)
+    local x = byte(s, b + 1)
     if x == 117 then
-      local cp = hex4(s, e + 2)
-      i = e + 6
+      local cp = hex4(s, b + 2)
+      i = b + 6
       if cp >= 0xD800 and cp <= 0xDBFF then
         if sub(s, i, i + 1) == "\\u" then
           local lo = hex4(s, i + 2)
@@ -105,12 +100,19 @@ local function decode_string(s, pos) -- pos: opening quote
       n = n + 1; buf[n] = utf8_char(cp)
     else
       local m = escapes[x]
-      if not m then fail(s, e, "bad escape") end
+      if not m then fail(s, b, "bad escape") end
       n = n + 1; buf[n] = m
-      i = e + 2
+      i = b + 2
     end
-    _, e = find(s, str_plain_run, i)
-    e = e + 1
+    if q < i then
+      q = find(s, '"', i, true)
+      if not q then fail(s, pos, "unterminated string") end
+    end
+    b = find(s, "\\", i, true)
+    if not b or b > q then
+      n = n + 1; buf[n] = sub(s, i, q - 1)
+      return concat(buf), q + 1
+    end
   end
 end
 
@@ -239,8 +241,26 @@ for i = 0, 31 do
   if not esc_map[ch] then esc_map[ch] = format("\\u%04x", i) end
 end
 
+-- Length of the leading run that needs no escaping. LuaJIT compiles a byte loop
+-- to machine code (~1 ns/byte); Lua 5.4 is faster with an anchored class run.
+local plain_prefix
+if is_jit then
+  plain_prefix = function(s, i)
+    for j = i, #s do
+      local c = byte(s, j)
+      if c < 32 or c == 34 or c == 92 then return j - 1 end
+    end
+    return #s
+  end
+else
+  plain_prefix = function(s, i)
+    local _, e = find(s, str_plain_run, i)
+    return e
+  end
+end
+
 local function enc_string(s)
-  local _, e = find(s, str_plain_run)
+  local e = plain_prefix(s, 1)
   local len = #s
   if e == len then return '"' .. s .. '"' end
   -- Escape char by char between plain runs: gsub over the whole string is slower.
@@ -250,7 +270,7 @@ local function enc_string(s)
     if e >= len then break end
     n = n + 1; buf[n] = esc_map[sub(s, e + 1, e + 1)]
     i = e + 2
-    _, e = find(s, str_plain_run, i)
+    e = plain_prefix(s, i)
   end
   n = n + 1; buf[n] = '"'
   return concat(buf, "", 1, n)
