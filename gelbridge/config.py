@@ -96,6 +96,15 @@ class WatchConfig(_Section):
     poll_interval: float = 5.0
 
 
+class WorkerConfig(_Section):
+    """``[worker]``: how many turns run at once and how shutdown/recovery behave."""
+
+    concurrency: int = Field(8, ge=1, le=1024)
+    shutdown_grace: float = Field(10.0, ge=0)
+    stale_claim_after: float | None = Field(900.0, gt=0)
+    backfill: bool = True
+
+
 class ToolsConfig(_Section):
     max_steps: int = 8
     approval_ttl: float | None = None
@@ -117,6 +126,7 @@ class Settings(_Section):
     replies: RepliesConfig = Field(default_factory=RepliesConfig)
     thread: ThreadConfig = Field(default_factory=ThreadConfig)
     watch: WatchConfig = Field(default_factory=WatchConfig)
+    worker: WorkerConfig = Field(default_factory=WorkerConfig)
     tools: dict[str, Any] = Field(default_factory=dict)
     mcp: dict[str, Any] = Field(default_factory=dict)
 

@@ -1,0 +1,134 @@
+"""``gelbridge run`` (the worker), ``gelbridge status`` and ``gelbridge demo``."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import signal
+import sys
+import time
+from datetime import datetime
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from gelbridge.cli import app
+
+ConfigOption = typer.Option(None, "--config", "-c", help="TOML configuration file (or $GELBRIDGE_CONFIG).")
+
+
+def setup_logging(level: str) -> None:
+    """Structured-ish single-line logs on stderr (never content or keys)."""
+    logging.basicConfig(
+        level=getattr(logging, level.upper(), logging.INFO),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+    for noisy in ("httpx", "httpcore", "websockets", "mcp"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+
+
+async def _run_until_signal(worker: object) -> None:
+    from gelbridge.worker import Worker
+
+    assert isinstance(worker, Worker)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    got: list[int] = []
+
+    def on_signal(sig: int) -> None:
+        if got:  # second signal: stop waiting for the grace period
+            raise SystemExit(130)
+        got.append(sig)
+        print(f"\n{signal.Signals(sig).name}: stopping (grace {worker.settings.worker.shutdown_grace:g} s)...",
+              file=sys.stderr, flush=True)
+        stop.set()
+
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, on_signal, sig)
+    try:
+        await worker.run(stop)
+    finally:
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.remove_signal_handler(sig)
+
+
+@app.command("run")
+def run_command(
+    config: Optional[Path] = ConfigOption,
+    log_level: str = typer.Option("info", "--log-level", help="debug, info, warning or error."),
+) -> None:
+    """Watch your PDS and answer every message that asks for a reply (until Ctrl-C / SIGTERM).
+
+    Logs in once (the session is kept in the state directory), backfills what is owed,
+    then follows the firehose (or polls). SIGTERM/Ctrl-C: running replies get
+    [worker] shutdown_grace seconds, then end with status error/interrupted.
+    """
+    from gelbridge.config import load_config
+    from gelbridge.worker import Worker
+
+    setup_logging(log_level)
+    settings = load_config(config)
+    worker = Worker(settings, out=sys.stdout)
+    asyncio.run(_run_until_signal(worker))
+
+
+def _fmt_time(ts: float | None) -> str:
+    if not ts:
+        return "-"
+    return datetime.fromtimestamp(ts).strftime("%Y-%m-%d %H:%M:%S")
+
+
+@app.command("status")
+def status_command(
+    config: Optional[Path] = ConfigOption,
+    as_json: bool = typer.Option(False, "--json", help="Print JSON instead of text."),
+) -> None:
+    """Show the worker's cursor, replies in flight, recent errors and turn timings."""
+    from gelbridge.config import load_config
+    from gelbridge.state import StateStore
+    from gelbridge.worker import status_report
+
+    settings = load_config(config)
+    db = settings.state_dir / "gelbridge.db"
+    if not db.exists():
+        print(f"no state yet at {db}: 'gelbridge run' has not run with this configuration")
+        raise typer.Exit(1)
+    with StateStore.open_dir(settings.state_dir) as store:
+        rep = status_report(settings, store)
+    if as_json:
+        print(json.dumps(rep, indent=2))
+        return
+    acct = rep["account"]
+    print(f"account   {acct['handle'] or '?'} ({acct['did'] or 'not logged in yet'}) on {acct['pds'] or '?'}")
+    print(f"state     {rep['state']}")
+    print(f"source    {rep['source']}  cursor {rep['cursor'] if rep['cursor'] is not None else '-'}")
+    print(f"in flight {len(rep['in_flight'])}")
+    for c in rep["in_flight"]:
+        print(f"  {c['reply']:<24} {c['status']:<10} claimed {_fmt_time(c['since'])}")
+    print(f"recent errors ({len(rep['errors'])})")
+    for e in rep["errors"]:
+        print(f"  {_fmt_time(e['at'])}  {e['kind']:<16} {e['record'] or '-':<24} {e['where'] or ''}")
+    print(f"recent turns ({len(rep['turns'])})      queue   bridge    model    write    total (ms)")
+    for t in rep["turns"]:
+        print(f"  {t['reply']:<24} {t['status']:<9} {t['queue_ms']:>7.0f} {t['bridge_ms']:>8.0f} "
+              f"{t['model_ms']:>8.0f} {t['write_ms']:>8.0f} {t['total_ms']:>8.0f}")
+
+
+@app.command("demo")
+def demo_command(
+    text: str = typer.Option("Hello from an encrypted chat!", "--text", help="The user message to send."),
+    timeout: float = typer.Option(120.0, "--timeout", help="Seconds to wait for the reply."),
+    keep_dir: Optional[Path] = typer.Option(None, "--keep", help="Keep the demo's state and config in this directory."),
+    log_level: str = typer.Option("warning", "--log-level", help="Worker log level."),
+) -> None:
+    """Run the whole path on this machine: a local PDS, an account, a sealed message, the
+    worker, a local echo model, and print the opened conversation. No account needed."""
+    from gelbridge.dev.demo import run_demo
+
+    setup_logging(log_level)
+    t0 = time.monotonic()
+    run_demo(text=text, timeout=timeout, keep_dir=keep_dir, out=sys.stdout)
+    print(f"demo finished in {time.monotonic() - t0:.1f} s")

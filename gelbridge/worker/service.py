@@ -1,0 +1,581 @@
+"""The worker service: wiring, event intake, backfill, recovery, shutdown, status.
+
+Library use (a firehose/Jetstream consumer of your own feeds events in)::
+
+    worker = Worker(settings)
+    await worker.start()                       # session, keyring, tools, model client
+    await worker.backfill()                    # optional: answer what is owed already
+    await worker.handle_event(did, collection, rkey, cid, record)   # per record event
+    ...
+    await worker.aclose()                      # bounded grace, then interrupted
+
+``handle_event`` returns once the event's effects are durable (the claim is written, or
+nothing is to be done): only then may a consumer advance its own cursor. Turns run in
+the background (:class:`~gelbridge.worker.scheduler.Scheduler`). ``run()`` is the
+``gelbridge run`` loop: start, backfill, watch (firehose or poll), stop on a signal.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import time
+from collections import defaultdict
+from dataclasses import dataclass
+from typing import IO, Any, Mapping
+
+from gelbridge.config import Settings
+from gelbridge.errors import ClaimConflict, ConfigError, GelbridgeError, PdsAuthError, PdsError, RecordError
+from gelbridge.firehose import RepoEvent
+from gelbridge.mapping import OpenedRecordCache
+from gelbridge.pds import PdsClient, Session
+from gelbridge.records.constants import (
+    FINAL_STATUSES,
+    MESSAGE_COLLECTION,
+    ROLE_ASSISTANT,
+    SETTINGS_COLLECTION,
+    SETTINGS_RKEY,
+    STATUS_CANCELLED,
+    STATUS_ERROR,
+)
+from gelbridge.records.models import ReplyError
+from gelbridge.sealing import Keyring
+from gelbridge.state import FINISHED_STATUSES, Claim, StateStore
+from gelbridge.worker.decide import Ask, ask_of, decide_existing_reply, error_message, peek_ask
+from gelbridge.worker.repo import Entry, RepoView
+from gelbridge.worker.scheduler import Scheduler
+from gelbridge.worker.sources import FirehoseSource, PollSource, firehose_cursor_key
+from gelbridge.worker.turn import TurnDeps, TurnJob, TurnReport, run_turn
+from gelbridge.worker.writer import ReplyWriter
+
+log = logging.getLogger("gelbridge.worker")
+
+_UNKNOWN: Any = object()  # "the reply slot was not looked at yet"
+
+
+def session_key(settings: Settings) -> str:
+    """The state-store key of the PDS session: PDS URL + login identifier."""
+    a = settings.account
+    return f"{(a.pds or '').rstrip('/')}|{a.identifier or ''}"
+
+
+def load_keyring(settings: Settings, environ: Mapping[str, str] | None = None) -> Keyring:
+    """``[keyring] path`` (or ``$GELBRIDGE_KEYRING``)."""
+    if settings.keyring.path is not None:
+        return Keyring.load(settings.keyring.path)
+    return Keyring.from_env(environ)
+
+
+@dataclass
+class BackfillReport:
+    messages: int = 0
+    owed: int = 0
+    resumed: int = 0
+    unfinished_claims: int = 0
+
+
+class Worker:
+    """Answers the chat.gel.assistant messages of one account."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        *,
+        keyring: Mapping[str, bytes] | None = None,
+        store: StateStore | None = None,
+        pds: PdsClient | None = None,
+        model: Any = None,
+        registry: Any = None,
+        out: IO[str] | None = None,
+        environ: Mapping[str, str] | None = None,
+    ) -> None:
+        self.settings = settings
+        self.keyring = keyring
+        self.store = store
+        self.pds = pds
+        self.model = model
+        self.registry = registry
+        self.out = out
+        self.environ = environ if environ is not None else os.environ
+        self.did = ""
+        self.handle = ""
+        self.adapter_names: list[str] = []
+        self._owned: set[str] = set()
+        self._locks: defaultdict[str, asyncio.Lock] = defaultdict(asyncio.Lock)
+        self._tasks: list[asyncio.Task[None]] = []
+        self._sweep_wake = asyncio.Event()
+        self.source: FirehoseSource | PollSource | None = None
+        self.started = False
+        self.stats: defaultdict[str, int] = defaultdict(int)
+        self.reports: list[TurnReport] = []
+
+    # --- start-up ---------------------------------------------------------------------------
+
+    def _say(self, line: str) -> None:
+        if self.out is not None:
+            print(line, file=self.out, flush=True)
+
+    async def start(self) -> None:
+        """Open state, log in (or resume), load keyring, tools and the model client."""
+        s = self.settings
+        if self.store is None:
+            self.store = StateStore.open_dir(s.state_dir)
+            self._owned.add("store")
+        if self.keyring is None:
+            self.keyring = load_keyring(s, self.environ)
+        if self.pds is None:
+            self.pds = await self._connect()
+            self._owned.add("pds")
+        sess = self.pds.session
+        assert sess is not None
+        self.did, self.handle = sess.did, sess.handle
+        if self.registry is None:
+            from gelbridge.tools import load_tool_registry
+
+            self.registry = await load_tool_registry(s)
+            self._owned.add("registry")
+        if self.model is None:
+            self.model = self._model_client()
+            self._owned.add("model")
+        self.view = RepoView(self.pds, self.did)
+        self.opened = OpenedRecordCache()
+        self.deps = TurnDeps(
+            settings=s, pds=self.pds, did=self.did, keyring=self.keyring, store=self.store,
+            view=self.view, opened=self.opened, model=self.model, registry=self.registry,
+        )
+        self.scheduler = Scheduler(self._run_turn, self._cancel_queued, concurrency=s.worker.concurrency)
+        self.started = True
+
+    def _model_client(self) -> Any:
+        try:
+            from gelbridge.adapters.client import ModelClient
+        except ImportError as e:  # pragma: no cover - only while the adapter layer is missing
+            raise ConfigError(f"the model client is not available ({e}); reinstall gelbridge") from None
+        adapters = None
+        try:
+            from gelbridge.adapters.registry import registry_from_settings
+
+            adapters = registry_from_settings(self.settings)
+            self.adapter_names = list(adapters.names())
+        except GelbridgeError as e:
+            log.error("adapters failed to load (%s)", e)
+        if adapters is not None:
+            return ModelClient(self.settings, registry=adapters)
+        return ModelClient(self.settings)
+
+    async def _connect(self) -> PdsClient:
+        a = self.settings.account
+        if not a.pds or not a.identifier:
+            raise ConfigError("set [account] pds and identifier (or GELBRIDGE_PDS / GELBRIDGE_IDENTIFIER)")
+        store = self.store
+        assert store is not None
+        key = session_key(self.settings)
+
+        def save(session: Session) -> None:
+            store.save_session(key, session.to_dict())
+
+        pds = PdsClient(a.pds, on_session_change=save)
+        saved = store.load_session(key)
+        if saved is not None:
+            try:
+                pds.resume(Session.from_dict(saved))
+                await pds.get_record(SETTINGS_COLLECTION, SETTINGS_RKEY)  # probe (refreshes if due)
+                log.info("resumed the saved PDS session of %s", saved.get("handle"))
+                return pds
+            except PdsAuthError:
+                log.info("the saved PDS session is no longer valid; logging in again")
+            except BaseException:
+                await pds.aclose()
+                raise
+        password = self.environ.get(a.password_env)
+        if not password:
+            await pds.aclose()
+            raise ConfigError(
+                f"no app password: set ${a.password_env} (create one in your PDS account settings)"
+            )
+        try:
+            await pds.login(a.identifier, password)
+        except BaseException:
+            await pds.aclose()
+            raise
+        log.info("logged in to %s as %s", a.pds, a.identifier)
+        return pds
+
+    def startup_lines(self) -> list[str]:
+        """What ``gelbridge run`` prints when it is ready (no secrets)."""
+        s = self.settings
+        src = s.watch.source
+        if src == "firehose":
+            cur = self.store.get_cursor(firehose_cursor_key(self.pds.pds_url, self.did)) if self.store else None
+            source = f"firehose (cursor {cur if cur is not None else 'none: starting live + backfill'})"
+        else:
+            source = f"poll every {s.watch.poll_interval:g} s"
+        providers = ", ".join(f"{n} ({p.adapter} → {p.base_url})" for n, p in s.providers.items()) or "none"
+        default = f"{s.defaults.model.provider}/{s.defaults.model.id}" if s.defaults.model else "none"
+        tools = ", ".join(self.registry.names()) if self.registry is not None and len(self.registry) else "none"
+        return [
+            f"gelbridge worker for {self.handle} ({self.did})",
+            f"  PDS        {self.pds.pds_url}",
+            f"  source     {source}",
+            f"  providers  {providers}; default model {default}",
+            f"  adapters   {', '.join(self.adapter_names) or '(loaded on demand)'}",
+            f"  tools      {tools}",
+            f"  state      {self.store.path if self.store else '-'}",
+            f"  turns      {s.worker.concurrency} at once; progress every {s.replies.update_interval:g} s",
+        ]
+
+    # --- intake -------------------------------------------------------------------------------
+
+    async def handle_repo_event(self, ev: RepoEvent) -> str:
+        return await self.handle_event(ev.did, ev.collection, ev.rkey, ev.cid, ev.record, action=ev.action)
+
+    async def handle_event(
+        self,
+        did: str,
+        collection: str,
+        rkey: str,
+        cid: str | None,
+        record: Mapping[str, Any] | None,
+        *,
+        action: str = "create",
+        received_at: float | None = None,
+    ) -> str:
+        """Handle one record event; returns when its effects are durable.
+
+        Returns what was decided (for logs and tests): ``ignored``, ``deleted``, ``reply``,
+        ``no-generation``, ``bad-record``, ``claimed``, ``resumed``, ``done``, ``foreign``,
+        ``active``.
+        """
+        received = received_at if received_at is not None else time.monotonic()
+        if not self.started:
+            raise RuntimeError("call await worker.start() first")
+        if did != self.did or collection != MESSAGE_COLLECTION:
+            return "ignored"
+        if action == "delete":
+            self.view.drop(rkey)
+            return "deleted"
+        if record is None:  # a tooBig commit: read it
+            entry = await self.view.get(rkey, fresh=True)
+            if entry is None:
+                return "ignored"
+            cid, record = entry
+        value = dict(record)
+        self.view.put(rkey, cid, value)
+        if value.get("role") == ROLE_ASSISTANT:
+            return "reply"
+        if value.get("generation") is None:
+            return "no-generation"
+        return await self._consider(rkey, cid, value, received, existing=_UNKNOWN)
+
+    async def _consider(
+        self, rkey: str, cid: str | None, value: dict[str, Any], received: float, *, existing: Any
+    ) -> str:
+        try:
+            msg = self.opened.record(self.view.uri(rkey), cid, value)
+        except RecordError as e:
+            return await self._bad_record(rkey, value, e, received)
+        ask = ask_of(MESSAGE_COLLECTION, rkey, msg)
+        if ask is None:
+            return "no-generation"
+        async with self._locks[ask.message_rkey]:
+            try:
+                result = await self._claim_and_submit(ask, received, existing=existing)
+            finally:
+                lock = self._locks.get(ask.message_rkey)
+                if lock is not None and not lock.locked() and not getattr(lock, "_waiters", None):
+                    self._locks.pop(ask.message_rkey, None)
+        self.stats[result] += 1
+        return result
+
+    async def _bad_record(self, rkey: str, value: Mapping[str, Any], e: GelbridgeError, received: float) -> str:
+        """A malformed message: log kind + rkey; if it plainly asks for a reply, answer
+        once with ``status: error`` (``bad_record``), so the app can show why."""
+        log.warning("message %s is malformed (%s); not answering it", rkey, e.kind)
+        self.store.record_error(e.kind, account=self.did, record_key=rkey, where="intake")
+        self.stats["bad-record"] += 1
+        ask = peek_ask(MESSAGE_COLLECTION, rkey, value)
+        if ask is None or self.store.get_claim(ask.reply_rkey) is not None:
+            return "bad-record"
+        ask = Ask(ask.message_rkey, ask.attempt, ask.reply_rkey, ask.conversation, None)
+        self.store.record_claim(self.did, ask.message_rkey, ask.attempt, ask.reply_rkey, ask.conversation)
+        writer = self._writer(ask)
+        try:
+            await writer.claim()
+            await writer.final([], status=STATUS_ERROR, error=ReplyError(kind="bad_record", message=error_message(
+                "bad_record", detail=f"message {rkey} does not follow the chat.gel.assistant.message lexicon")))
+            self.store.update_claim_status(ask.reply_rkey, "error", "bad_record")
+        except ClaimConflict:
+            self.store.update_claim_status(ask.reply_rkey, "cancelled", "claimed_elsewhere")
+        return "bad-record"
+
+    def _writer(self, ask: Ask) -> ReplyWriter:
+        return ReplyWriter(
+            self.pds, self.view, reply_rkey=ask.reply_rkey, message_rkey=ask.message_rkey,
+            conversation=ask.conversation, key_id=ask.key_id, keyring=self.keyring,
+            update_interval=self.settings.replies.update_interval,
+        )
+
+    async def _claim_and_submit(self, ask: Ask, received: float, *, existing: Any) -> str:
+        rk = ask.reply_rkey
+        if self.scheduler.is_active(rk):
+            return "active"
+        prior: Claim | None = self.store.get_claim(rk)
+        if prior is not None and prior.account != self.did:
+            prior = None
+        if prior is not None and prior.status in FINISHED_STATUSES:
+            return "done"
+        ours = prior is not None
+        writer = self._writer(ask)
+        if existing is _UNKNOWN and ours:
+            existing = await self.view.get(rk, fresh=True)
+        if existing is _UNKNOWN or existing is None:
+            if not ours:
+                self.store.record_claim(self.did, ask.message_rkey, ask.attempt, rk, ask.conversation)
+            try:
+                await writer.claim()
+            except ClaimConflict:
+                existing = await self.view.get(rk, fresh=True)
+                if existing is None:
+                    return "raced"
+            else:
+                self._submit(ask, writer, received)
+                return "claimed"
+        cid, value = existing
+        decision = decide_existing_reply(value, ours=ours, stale_after=self.settings.worker.stale_claim_after)
+        if decision == "done":
+            status = value.get("status")
+            if ours or self.store.get_claim(rk) is not None:
+                self.store.update_claim_status(rk, status if status in FINISHED_STATUSES else "complete")
+            return "done"
+        if decision == "foreign":
+            if not ours and self.store.get_claim(rk) is not None:  # our fresh claim row lost the race
+                self.store.update_claim_status(rk, "cancelled", "claimed_elsewhere")
+            log.info("reply %s belongs to another worker; not answering", rk)
+            return "foreign"
+        if self.store.get_claim(rk) is None:
+            self.store.record_claim(self.did, ask.message_rkey, ask.attempt, rk, ask.conversation)
+        if cid is None:
+            fresh = await self.view.get(rk, fresh=True)
+            if fresh is None:
+                return "raced"
+            cid, value = fresh
+        writer.adopt(cid, value)
+        log.info("%s unfinished reply %s", "resuming" if decision == "resume" else "taking over stale", rk)
+        self._submit(ask, writer, received, resumed=True)
+        return "resumed"
+
+    def _submit(self, ask: Ask, writer: ReplyWriter, received: float, *, resumed: bool = False) -> None:
+        self.scheduler.submit(TurnJob(ask=ask, writer=writer, received_at=received, resumed=resumed))
+
+    async def _run_turn(self, job: TurnJob) -> TurnReport:
+        report = await run_turn(self.deps, job)
+        self.stats[f"turn-{report.status}"] += 1
+        self.reports.append(report)
+        del self.reports[:-1000]
+        return report
+
+    async def _cancel_queued(self, job: TurnJob) -> None:
+        """A claimed turn superseded before it ran: write ``cancelled``."""
+        await job.writer.final([], status=STATUS_CANCELLED)
+        self.store.update_claim_status(job.ask.reply_rkey, "cancelled")
+
+    # --- backfill and recovery -------------------------------------------------------------
+
+    async def backfill(self) -> BackfillReport:
+        """List every message; claim what is owed; resume our unfinished replies."""
+        rep = BackfillReport()
+        listing: dict[str, Entry] = {}
+        async for r in self.pds.iter_records(MESSAGE_COLLECTION, page_size=100, reverse=True):
+            listing[r.rkey] = (r.cid, r.value)
+            self.view.put(r.rkey, r.cid, r.value)
+        now = time.monotonic()
+        for rkey, (cid, value) in listing.items():
+            if not isinstance(value, dict) or value.get("role") == ROLE_ASSISTANT or value.get("generation") is None:
+                continue
+            rep.messages += 1
+            peek = peek_ask(MESSAGE_COLLECTION, rkey, value)
+            existing = listing.get(peek.reply_rkey) if peek is not None else None
+            if existing is not None and existing[1].get("status") in FINAL_STATUSES:
+                claim = self.store.get_claim(peek.reply_rkey)  # type: ignore[union-attr]
+                if claim is not None and claim.status not in FINISHED_STATUSES:
+                    self.store.update_claim_status(claim.reply_rkey, existing[1]["status"])
+                continue
+            rep.owed += 1
+            try:
+                result = await self._consider(rkey, cid, value, now, existing=existing)
+            except PdsError as e:
+                log.warning("backfill: message %s not handled (%s)", rkey, type(e).__name__)
+                continue
+            if result == "resumed":
+                rep.resumed += 1
+        rep.unfinished_claims = await self.recover_claims()
+        return rep
+
+    async def recover_claims(self) -> int:
+        """Finish claims of this worker left unfinished (crash, PDS outage during a claim)."""
+        n = 0
+        for claim in self.store.unfinished_claims(self.did):
+            if self.scheduler.is_active(claim.reply_rkey):
+                continue
+            n += 1
+            try:
+                await self._recover(claim)
+            except PdsError as e:
+                log.warning("recovery of %s postponed (%s)", claim.reply_rkey, type(e).__name__)
+        return n
+
+    async def _recover(self, claim: Claim) -> None:
+        entry = await self.view.get(claim.message_rkey, fresh=True)
+        ask: Ask | None = None
+        if entry is not None:
+            cid, value = entry
+            try:
+                ask = ask_of(MESSAGE_COLLECTION, claim.message_rkey,
+                             self.opened.record(self.view.uri(claim.message_rkey), cid, value))
+            except RecordError:
+                ask = None
+        if ask is not None and ask.reply_rkey == claim.reply_rkey:
+            await self._consider(claim.message_rkey, entry[0], entry[1], time.monotonic(), existing=_UNKNOWN)  # type: ignore[index]
+            return
+        # the message is gone or asks for another attempt now: close this reply
+        reply = await self.view.get(claim.reply_rkey, fresh=True)
+        if reply is None or reply[1].get("status") in FINAL_STATUSES:
+            self.store.update_claim_status(claim.reply_rkey, "cancelled")
+            return
+        stub = Ask(claim.message_rkey, claim.attempt, claim.reply_rkey, claim.conversation,
+                   (reply[1].get("content") or {}).get("keyId"))
+        writer = self._writer(stub)
+        writer.adopt(reply[0], reply[1])
+        try:
+            await writer.final([], status=STATUS_CANCELLED)
+            self.store.update_claim_status(claim.reply_rkey, "cancelled")
+        except ClaimConflict:
+            self.store.update_claim_status(claim.reply_rkey, "cancelled", "claimed_elsewhere")
+
+    async def _sweep_loop(self, interval: float = 30.0) -> None:
+        while True:
+            try:
+                await asyncio.wait_for(self._sweep_wake.wait(), interval)
+            except TimeoutError:
+                pass
+            self._sweep_wake.clear()
+            try:
+                await self.recover_claims()
+            except Exception as e:  # noqa: BLE001
+                log.warning("recovery sweep failed (%s)", type(e).__name__)
+
+    # --- the run loop -------------------------------------------------------------------------
+
+    async def run(self, stop: asyncio.Event, *, ready: asyncio.Event | None = None) -> None:
+        """Start, print the start-up lines, backfill, watch until ``stop`` is set, shut down."""
+        try:
+            if not self.started:
+                await self.start()
+            for line in self.startup_lines():
+                self._say(line)
+            s = self.settings
+            if s.watch.source == "jetstream":
+                raise ConfigError("[watch] source = \"jetstream\" is not supported yet; use firehose or poll")
+            if s.watch.source == "poll":
+                self.source = PollSource(self.pds, self.did, self.store, self._handle_logged,
+                                         interval=s.watch.poll_interval)
+            else:
+                self.source = FirehoseSource(self.pds.pds_url, self.did, self.store, self._handle_logged,
+                                             on_gap=self._gap_backfill)
+                self._tasks.append(asyncio.create_task(self.source.run(), name="firehose"))
+                self._tasks.append(asyncio.create_task(self._reconnect_watch(), name="reconnect-watch"))
+            if s.worker.backfill:
+                rep = await self.backfill()
+                self._say(f"  backfill   {rep.messages} message(s) asking for replies, {rep.owed} owed, "
+                          f"{rep.resumed} unfinished resumed, {rep.unfinished_claims} claim(s) recovered")
+            if isinstance(self.source, PollSource):
+                self._tasks.append(asyncio.create_task(self.source.run(), name="poll"))
+            self._tasks.append(asyncio.create_task(self._sweep_loop(), name="sweep"))
+            self._say("ready: answering messages (Ctrl-C to stop)")
+            if ready is not None:
+                ready.set()
+            stopper = asyncio.create_task(stop.wait())
+            await asyncio.wait([stopper, *self._tasks], return_when=asyncio.FIRST_COMPLETED)
+            stopper.cancel()
+            for t in self._tasks:
+                if t.done() and not t.cancelled() and t.exception() is not None:
+                    raise t.exception()  # type: ignore[misc]
+        finally:
+            await self.aclose()
+
+    async def _handle_logged(self, ev: RepoEvent) -> None:
+        await self.handle_repo_event(ev)
+
+    async def _gap_backfill(self) -> None:
+        await self.backfill()
+
+    async def _reconnect_watch(self) -> None:
+        """After each firehose reconnect, sweep unfinished claims (writes may have failed)."""
+        src = self.source
+        assert isinstance(src, FirehoseSource)
+        seen = 0
+        while True:
+            await asyncio.sleep(0.5)
+            if src.reconnects != seen and src.connected.is_set():
+                seen = src.reconnects
+                self._sweep_wake.set()
+
+    async def wait_idle(self, timeout: float | None = None) -> bool:
+        return await self.scheduler.wait_idle(timeout)
+
+    async def aclose(self, grace: float | None = None) -> None:
+        """Stop watching; give running turns ``grace`` s (``[worker] shutdown_grace``)."""
+        for t in self._tasks:
+            t.cancel()
+        if self._tasks:
+            await asyncio.wait(self._tasks, timeout=5)
+        self._tasks = []
+        if isinstance(self.source, FirehoseSource):
+            await self.source.drain(timeout=5)
+        if self.started:
+            g = self.settings.worker.shutdown_grace if grace is None else grace
+            await self.scheduler.shutdown(g)
+        if "registry" in self._owned and self.registry is not None:
+            await self.registry.aclose()
+        if "model" in self._owned and self.model is not None:
+            await self.model.aclose()
+        if "pds" in self._owned and self.pds is not None:
+            await self.pds.aclose()
+        if "store" in self._owned and self.store is not None:
+            self.store.close()
+        self._owned.clear()
+        self.started = False
+
+
+# --- status ----------------------------------------------------------------------------------
+
+
+def status_report(settings: Settings, store: StateStore) -> dict[str, Any]:
+    """What ``gelbridge status`` shows, read from the state store only."""
+    saved = store.load_session(session_key(settings)) or {}
+    did = saved.get("did")
+    out: dict[str, Any] = {
+        "account": {"did": did, "handle": saved.get("handle"), "pds": settings.account.pds},
+        "state": str(store.path),
+        "source": settings.watch.source,
+        "cursor": store.get_cursor(firehose_cursor_key(settings.account.pds or "", did)) if did else None,
+        "in_flight": [],
+        "errors": [],
+        "turns": [],
+    }
+    if did:
+        out["in_flight"] = [
+            {"reply": c.reply_rkey, "status": c.status, "since": c.created_at, "updated": c.updated_at}
+            for c in store.unfinished_claims(did)
+        ]
+    out["errors"] = [
+        {"at": e.at, "kind": e.kind, "record": e.record_key, "where": e.where} for e in store.recent_errors(10)
+    ]
+    out["turns"] = [
+        {"at": t.at, "reply": t.reply_rkey, "status": t.status, "queue_ms": round(t.queue_ms, 1),
+         "bridge_ms": round(t.bridge_ms, 1), "model_ms": round(t.model_ms, 1), "write_ms": round(t.write_ms, 1),
+         "total_ms": round(t.total_ms, 1)}
+        for t in store.recent_turns(10)
+    ]
+    return out

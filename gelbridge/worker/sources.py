@@ -1,0 +1,230 @@
+"""Where events come from: the PDS firehose (default) or periodic listRecords (poll).
+
+Both feed :class:`RepoEvent`-shaped events into one handler (``Worker.handle_event``),
+which returns once the event's effects are durable: the claim is written (on the PDS and
+in the state store) or it decided there is nothing to do.
+
+**Firehose cursor** (``[watch] source = "firehose"``): events are handled concurrently
+(bounded), so the saved cursor is a *low-water mark*: the highest ``seq`` such that
+every event up to it is done (:class:`CursorTracker`). A crash replays at most the
+events in flight, and replays are harmless (claims are create-only, the state store
+remembers them). Reconnects resume from the last seq *received* (earlier ones are still
+being handled in this process) with bounded exponential backoff. ``FutureCursor`` (the
+PDS was reset) drops the cursor; ``OutdatedCursor`` (events were lost) triggers a
+backfill.
+
+**Poll** (``[watch] source = "poll"``): every ``poll_interval`` seconds list all message
+records and handle those whose ``(rkey, cid)`` was not handled before (state store
+``seen_events``). Meant for small repos or PDSes without a reachable firehose.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+from collections.abc import Awaitable, Callable
+from contextlib import aclosing
+from typing import Any
+
+from gelbridge.errors import FirehoseError, GelbridgeError, PdsError
+from gelbridge.firehose import RepoEvent, StreamMarker, subscribe_repos
+from gelbridge.records.constants import MESSAGE_COLLECTION
+
+log = logging.getLogger("gelbridge.worker.sources")
+
+Handler = Callable[[RepoEvent], Awaitable[None]]
+
+
+class CursorTracker:
+    """Low-water mark over seqs handled out of order.
+
+    ``begin(seq)`` when an event arrives (in seq order), ``done(seq)`` when its effects are
+    durable; :attr:`safe` is the highest seq with nothing at or below it still open.
+    """
+
+    def __init__(self, start: int | None) -> None:
+        self._open: dict[int, int] = {}
+        self.safe: int | None = start
+        self.highest: int | None = start
+
+    def begin(self, seq: int) -> None:
+        self._open[seq] = self._open.get(seq, 0) + 1
+        if self.highest is None or seq > self.highest:
+            self.highest = seq
+
+    def done(self, seq: int) -> int | None:
+        """Mark one event of ``seq`` done; returns the new safe cursor if it moved."""
+        n = self._open.get(seq, 0) - 1
+        if n > 0:
+            self._open[seq] = n
+            return None
+        self._open.pop(seq, None)
+        new = (min(self._open) - 1) if self._open else self.highest
+        if new is not None and (self.safe is None or new > self.safe):
+            self.safe = new
+            return new
+        return None
+
+    @property
+    def in_flight(self) -> int:
+        return sum(self._open.values())
+
+
+def firehose_cursor_key(pds_url: str, did: str) -> str:
+    return f"firehose:{pds_url.rstrip('/')}:{did}"
+
+
+class FirehoseSource:
+    """Subscribe, dispatch, save the cursor, reconnect with backoff, until stopped."""
+
+    def __init__(
+        self,
+        pds_url: str,
+        did: str,
+        store: Any,
+        handler: Handler,
+        *,
+        on_gap: Callable[[], Awaitable[None]] | None = None,
+        max_in_flight: int = 64,
+        backoff_base: float = 0.5,
+        backoff_cap: float = 30.0,
+        open_timeout: float = 10.0,
+    ) -> None:
+        self.pds_url = pds_url
+        self.did = did
+        self.store = store
+        self.handler = handler
+        self.on_gap = on_gap
+        self.key = firehose_cursor_key(pds_url, did)
+        saved = store.get_cursor(self.key)
+        self.tracker = CursorTracker(saved if isinstance(saved, int) else None)
+        self._slots = asyncio.Semaphore(max_in_flight)
+        self._tasks: set[asyncio.Task[None]] = set()
+        self.backoff_base = backoff_base
+        self.backoff_cap = backoff_cap
+        self.open_timeout = open_timeout
+        self.connected = asyncio.Event()
+        self.reconnects = 0
+        self.events = 0
+
+    @property
+    def cursor(self) -> int | None:
+        return self.tracker.safe
+
+    async def _handle(self, ev: RepoEvent) -> None:
+        try:
+            await self.handler(ev)
+        except Exception as e:  # noqa: BLE001 - one bad event never stops the stream
+            log.error("event %s/%s seq %d failed (%s)", ev.collection, ev.rkey, ev.seq, type(e).__name__)
+        finally:
+            self._slots.release()
+            moved = self.tracker.done(ev.seq)
+            if moved is not None:
+                try:
+                    self.store.set_cursor(self.key, moved)
+                except GelbridgeError as e:
+                    log.error("cannot save the firehose cursor (%s)", type(e).__name__)
+
+    async def run(self) -> None:
+        failures = 0
+        while True:
+            cursor = self.tracker.highest
+            try:
+                async with aclosing(
+                    subscribe_repos(
+                        self.pds_url, cursor=cursor, did_filter={self.did}, markers=True,
+                        open_timeout=self.open_timeout,
+                    )
+                ) as stream:
+                    self.connected.set()
+                    if failures:
+                        log.info("firehose reconnected (cursor %s)", cursor)
+                    failures = 0
+                    async for item in stream:
+                        if isinstance(item, StreamMarker):
+                            await self._marker(item)
+                            continue
+                        self.events += 1
+                        await self._slots.acquire()
+                        self.tracker.begin(item.seq)
+                        t = asyncio.create_task(self._handle(item))
+                        self._tasks.add(t)
+                        t.add_done_callback(self._tasks.discard)
+            except FirehoseError as e:
+                if e.error == "FutureCursor":
+                    log.warning("the PDS does not know cursor %s (was it reset?); starting from now", cursor)
+                    self.tracker = CursorTracker(None)
+                    await self._gap()
+                else:
+                    log.warning("firehose error: %s", e)
+            except PdsError as e:
+                log.warning("firehose disconnected (%s)", type(e).__name__)
+            self.connected.clear()
+            failures += 1
+            self.reconnects += 1
+            delay = min(self.backoff_cap, self.backoff_base * 2 ** min(failures - 1, 10))
+            delay *= 0.75 + random.random() / 2
+            log.info("firehose: reconnecting in %.1f s", delay)
+            await asyncio.sleep(delay)
+
+    async def _marker(self, m: StreamMarker) -> None:
+        if m.kind == "#info" and m.name == "OutdatedCursor":
+            await self._gap()
+        elif m.kind == "#sync":
+            log.warning("the repo was reset (#sync); running a backfill")
+            await self._gap()
+
+    async def _gap(self) -> None:
+        if self.on_gap is not None:
+            try:
+                await self.on_gap()
+            except Exception as e:  # noqa: BLE001
+                log.error("backfill after a firehose gap failed (%s)", type(e).__name__)
+
+    async def drain(self, timeout: float) -> None:
+        """Wait (bounded) for events being handled."""
+        if self._tasks:
+            await asyncio.wait(set(self._tasks), timeout=timeout)
+
+
+class PollSource:
+    """List message records every ``interval`` seconds; handle new or changed ones."""
+
+    def __init__(self, pds: Any, did: str, store: Any, handler: Handler, *, interval: float = 5.0) -> None:
+        self.pds = pds
+        self.did = did
+        self.store = store
+        self.handler = handler
+        self.interval = interval
+        self.polls = 0
+
+    async def poll_once(self) -> int:
+        n = 0
+        async for r in self.pds.iter_records(MESSAGE_COLLECTION, page_size=100):
+            if self.store.was_seen(self.did, r.rkey, r.cid):
+                continue
+            ev = RepoEvent(seq=0, did=self.did, collection=MESSAGE_COLLECTION, rkey=r.rkey,
+                           action="update", cid=r.cid, record=r.value)
+            try:
+                await self.handler(ev)
+            except Exception as e:  # noqa: BLE001
+                log.error("record %s failed (%s)", r.rkey, type(e).__name__)
+                continue
+            self.store.mark_seen(self.did, r.rkey, r.cid)
+            n += 1
+        self.polls += 1
+        return n
+
+    async def run(self) -> None:
+        failures = 0
+        while True:
+            try:
+                await self.poll_once()
+                failures = 0
+                await asyncio.sleep(self.interval)
+            except PdsError as e:
+                failures += 1
+                delay = min(60.0, self.interval * 2 ** min(failures, 4))
+                log.warning("poll failed (%s); retry in %.0f s", type(e).__name__, delay)
+                await asyncio.sleep(delay)

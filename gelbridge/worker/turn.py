@@ -1,0 +1,516 @@
+"""One turn: a claimed reply ``K.r{n}`` → thread → Lux IR → model (streaming) → tools
+loop → final write (PROTOCOL.md §3–§5).
+
+:func:`run_turn` never raises for a failure of the turn itself: whatever goes wrong after
+the claim ends in a final write with ``status: error`` and an ``error.kind`` (§4.6). It
+re-raises only ``asyncio.CancelledError`` (after writing ``cancelled`` for a superseded
+attempt or ``error``/``interrupted`` for a shutdown).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any, Mapping
+
+from gelbridge.config import Settings
+from gelbridge.errors import ClaimConflict, GelbridgeError, ProviderError, ToolError
+from gelbridge.lux import LuxResponse, Options, StreamAccumulator
+from gelbridge.mapping import (
+    CallIds,
+    OpenedMessage,
+    OpenedRecordCache,
+    approval_answers,
+    build_request,
+    call_ids_in,
+    choose_turn,
+    map_finish_reason,
+    map_usage,
+    repeated_call_parts,
+    response_to_parts,
+    waiting_calls,
+    with_results,
+)
+from gelbridge.records.constants import (
+    CONVERSATION_COLLECTION,
+    SETTINGS_COLLECTION,
+    SETTINGS_RKEY,
+    STATUS_AWAITING_APPROVAL,
+    STATUS_CANCELLED,
+    STATUS_COMPLETE,
+    STATUS_ERROR,
+)
+from gelbridge.records.keys import AtUri, is_valid_rkey
+from gelbridge.records.models import (
+    BlobRef,
+    ConversationRecord,
+    FilePart,
+    ImagePart,
+    MessageRecord,
+    ModelRef,
+    Part,
+    PlainContent,
+    ReplyError,
+    SettingsRecord,
+    ToolResultPart,
+    Usage,
+)
+from gelbridge.sealing import content_of, open_blob, seal_blob
+from gelbridge.state import TurnTiming
+from gelbridge.thread import previous_reply_rkey
+from gelbridge.tools import ToolCall, execute_journaled, needs_approval, resolve_approvals
+from gelbridge.worker.decide import Ask, error_message
+from gelbridge.worker.repo import RepoView, load_thread
+from gelbridge.worker.writer import ReplyWriter
+
+log = logging.getLogger("gelbridge.worker.turn")
+
+MAX_PARTS = 1000
+
+
+@dataclass
+class TurnDeps:
+    """What every turn of one account shares."""
+
+    settings: Settings
+    pds: Any  # gelbridge.pds.PdsClient
+    did: str
+    keyring: Mapping[str, bytes]
+    store: Any  # gelbridge.state.StateStore
+    view: RepoView
+    opened: OpenedRecordCache
+    model: Any  # gelbridge.adapters.client.ModelClient
+    registry: Any = None  # gelbridge.tools.ToolRegistry | None
+    blob_cache: OrderedDict[str, bytes] = field(default_factory=OrderedDict)
+
+
+@dataclass
+class TurnJob:
+    """A claimed reply waiting to be (or being) written."""
+
+    ask: Ask
+    writer: ReplyWriter
+    received_at: float  # time.monotonic() when the event arrived
+    resumed: bool = False
+    cancel_reason: str | None = None  # "superseded" | "shutdown" when cancelled
+    started_at: float | None = None
+
+
+@dataclass
+class TurnReport:
+    status: str
+    error_kind: str | None
+    timing: TurnTiming
+    steps: int
+    progress_writes: int = 0
+
+
+class _Stop(Exception):
+    """End the turn with a final status other than complete (e.g. awaitingApproval)."""
+
+
+class _Timer:
+    def __init__(self) -> None:
+        self.model_ms = 0.0
+
+
+def _now() -> datetime:
+    return datetime.now(UTC)
+
+
+def _dt(s: str | None) -> datetime | None:
+    if not s:
+        return None
+    try:
+        return datetime.fromisoformat(s.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+
+
+# --- loading ------------------------------------------------------------------------------------
+
+
+async def _get_side_record(deps: TurnDeps, collection: str, rkey: str, cls: type) -> Any:
+    """A conversation/settings record, or None if missing or malformed (logged)."""
+    try:
+        got = await deps.pds.get_record(collection, rkey)
+    except GelbridgeError:
+        raise
+    if got is None:
+        return None
+    _cid, value = got
+    try:
+        return cls.from_value(value, uri=str(AtUri(deps.did, collection, rkey)))
+    except GelbridgeError as e:
+        log.warning("%s/%s is malformed (%s); ignoring it", collection, rkey, e.kind)
+        return None
+
+
+async def _previous_reply(deps: TurnDeps, message_rkey: str, message: MessageRecord) -> MessageRecord | None:
+    rk = previous_reply_rkey(message_rkey, message)
+    if rk is None:
+        return None
+    entry = await deps.view.get(rk)
+    if entry is None:
+        return None
+    cid, value = entry
+    try:
+        return deps.opened.record(deps.view.uri(rk), cid, value)
+    except GelbridgeError:
+        return None
+
+
+async def _blobs_for(deps: TurnDeps, opened: list[OpenedMessage], keys: dict[str, str | None]) -> dict[str, bytes]:
+    """Opened bytes of every image/file blob in the thread's user messages (best effort)."""
+    wanted: list[tuple[str, str]] = []
+    for m in opened:
+        kid = keys.get(m.rkey)
+        if kid is None:
+            continue
+        for p in m.content.parts:
+            if isinstance(p, ImagePart):
+                wanted.append((p.image.ref, kid))
+            elif isinstance(p, FilePart) and p.extracted is not None:
+                wanted.append((p.extracted.text.ref, kid))
+    out: dict[str, bytes] = {}
+    for cid, kid in wanted:
+        if cid in deps.blob_cache:
+            out[cid] = deps.blob_cache[cid]
+            continue
+        try:
+            body = await deps.pds.get_blob(deps.did, cid)
+            data = open_blob(body, key_id=kid, keyring=deps.keyring)
+        except (GelbridgeError, KeyError) as e:
+            log.info("blob %s not available (%s)", cid, type(e).__name__)
+            continue
+        out[cid] = data
+        deps.blob_cache[cid] = data
+        while len(deps.blob_cache) > 64:
+            deps.blob_cache.popitem(last=False)
+    return out
+
+
+# --- tools ---------------------------------------------------------------------------------------
+
+
+def _journal_key(deps: TurnDeps, key_id: str | None) -> str | None:
+    if key_id is not None and key_id in deps.keyring:
+        return key_id
+    return next(iter(sorted(deps.keyring)), None)
+
+
+async def _run_tools(
+    deps: TurnDeps, job: TurnJob, calls: list[ToolCall], journal_key: str | None
+) -> dict[str, ToolResultPart]:
+    """Run calls at most once (journal); long output goes into a sealed blob."""
+    if not calls:
+        return {}
+    ts = deps.settings.tools_settings
+    if deps.registry is None or journal_key is None:
+        return {
+            c.call_id: ToolResultPart(call_id=c.call_id, output="not run: tools are not available here", is_error=True)
+            for c in calls
+        }
+
+    def seal(data: bytes) -> tuple[bytes, str]:
+        return seal_blob(data, key_id=journal_key, keyring=deps.keyring), journal_key
+
+    def open_(data: bytes, kid: str) -> bytes:
+        return open_blob(data, key_id=kid, keyring=deps.keyring)
+
+    outcomes = await execute_journaled(
+        calls, deps.registry, deps.store, account=deps.did, reply_rkey=job.ask.reply_rkey,
+        seal=seal, open_=open_, timeout=ts.call_timeout, max_output_chars=ts.max_output_chars,
+    )
+    results: dict[str, ToolResultPart] = {}
+    for o in outcomes:
+        blob: BlobRef | None = None
+        if o.long_output is not None and job.ask.key_id in deps.keyring:
+            data = o.long_output.encode("utf-8")
+            try:
+                ref = await deps.pds.upload_blob(seal_blob(data, key_id=job.ask.key_id, keyring=deps.keyring))
+                uploaded = BlobRef.from_value(ref)
+                job.writer.add_blob(uploaded)
+                blob = BlobRef.of(uploaded.ref, "text/plain", len(data))
+            except GelbridgeError as e:
+                log.warning("tool output blob of %s not uploaded (%s)", o.call_id, e.kind)
+        results[o.call_id] = ToolResultPart(call_id=o.call_id, output=o.output, is_error=o.is_error, output_blob=blob)
+    return results
+
+
+# --- the turn -------------------------------------------------------------------------------------
+
+
+async def _answer(deps: TurnDeps, job: TurnJob, state: dict[str, Any], timer: _Timer) -> str:
+    """Everything after the claim up to (not including) the final write. Returns the status."""
+    ask = job.ask
+    settings = deps.settings
+    thread, cids = await load_thread(deps.view, ask.message_rkey, deps.opened, max_depth=settings.thread.max_depth)
+    message = thread.message.record
+    conv_task = (
+        asyncio.create_task(_get_side_record(deps, CONVERSATION_COLLECTION, thread.conversation, ConversationRecord))
+        if is_valid_rkey(thread.conversation) else None
+    )
+    settings_task = asyncio.create_task(_get_side_record(deps, SETTINGS_COLLECTION, SETTINGS_RKEY, SettingsRecord))
+    try:
+        previous = await _previous_reply(deps, ask.message_rkey, message)
+        conversation = await conv_task if conv_task is not None else None
+        settings_rec = await settings_task
+    finally:
+        for t in (conv_task, settings_task):
+            if t is not None and not t.done():
+                t.cancel()
+
+    # open the chain (plaintext stays in memory)
+    opened: list[OpenedMessage] = []
+    key_ids: dict[str, str | None] = {}
+    for e in thread.entries:
+        uri = deps.view.uri(e.rkey)
+        content = deps.opened.content(uri, cids.get(e.rkey), e.record, keyring=deps.keyring)
+        opened.append(OpenedMessage(e.rkey, e.record, content))
+        key_ids[e.rkey] = getattr(e.record.content, "key_id", None)
+    conv_instructions: PlainContent | None = None
+    if conversation is not None and conversation.instructions is not None:
+        conv_instructions = content_of(
+            conversation.instructions,
+            uri=AtUri(deps.did, CONVERSATION_COLLECTION, thread.conversation),
+            keyring=deps.keyring,
+        )
+
+    choice = choose_turn(message, previous_reply=previous, conversation=conversation,
+                         settings_record=settings_rec, defaults=settings.defaults)
+    if choice.model is None:
+        raise GelbridgeError("no model chosen: the message, conversation and settings name none and "
+                             "the operator set no [defaults] model")
+    provider, model_id = choice.model.provider, choice.model.id
+    if provider not in settings.providers:
+        err = GelbridgeError(f"model provider {provider!r} is not configured on this gelbridge")
+        err.kind = "invalid_request"
+        raise err
+    state["model"] = ModelRef(provider=provider, id=model_id)
+    state["effort"] = choice.effort
+
+    registry = deps.registry
+    tools: list[Any] = []
+    if registry is not None and choice.tools:
+        tools, unknown = registry.select(choice.tools)
+        if unknown:
+            log.info("reply %s: %d requested tool(s) not offered here", ask.reply_rkey, len(unknown))
+
+    def approval_needed(name: str) -> bool:
+        return True if registry is None else needs_approval(name, registry)
+
+    sources = {t.name: t.source for t in tools}
+    journal_key = _journal_key(deps, ask.key_id)
+    blobs = await _blobs_for(deps, opened, key_ids)
+    history_ids: set[str] = set()
+    for m in opened:
+        history_ids |= call_ids_in(m.content.parts)
+
+    # approval answers (§5): the reply starts with the waiting calls, decided and answered
+    parts: list[Part] = []
+    parent = thread.parent_reply
+    if parent is not None:
+        parent_parts = opened[-2].content.parts
+        waiting = waiting_calls(parent_parts)
+        if waiting:
+            ttl = settings.tools_settings.approval_ttl
+            outcome = resolve_approvals(
+                waiting, approval_answers(opened[-1].content.parts),
+                answered_at=_dt(message.created_at),
+                asked_at=_dt(parent.record.updated_at) or _dt(parent.record.created_at),
+                now=_now(), ttl=ttl,
+            )
+            approved = [ToolCall(c.call_id, c.tool, c.input, approved=True) for c in outcome.approved]
+            results = await _run_tools(deps, job, approved, journal_key)
+            parts = repeated_call_parts(outcome, results, parent_parts=parent_parts)
+
+    call_ids = CallIds(ask.reply_rkey, history_ids | call_ids_in(parts))
+    seen_urls: set[str] = set()
+    d = settings.defaults
+    options = Options(stream=True, max_output_tokens=d.max_output_tokens, temperature=d.temperature)
+    max_steps = max(1, settings.tools_settings.max_steps)
+    tool_specs = [t.spec() for t in tools]
+    usage_total: list[Usage] = []
+
+    for step in range(max_steps + 1):
+        state["steps"] = step + 1
+        conv = build_request(
+            opened, provider=provider, model=model_id, choice=choice, instructions=d.instructions,
+            conversation_instructions=conv_instructions,
+            tool_specs=tool_specs if step < max_steps else (),
+            options=options, blobs=blobs, reply_prefix=parts,
+        )
+        acc = StreamAccumulator(provider=provider, model=model_id)
+        prefix = list(parts)
+
+        def partial_parts(acc: StreamAccumulator = acc, prefix: list[Part] = prefix) -> list[Part]:
+            draft = response_to_parts(
+                acc.result(), provider=provider, model=model_id, needs_approval=approval_needed,
+                call_ids=CallIds(ask.reply_rkey, call_ids.used), sources=sources,
+                seen_urls=set(seen_urls), max_parts=max(0, MAX_PARTS - len(prefix)),
+            )
+            return prefix + draft.parts
+
+        def on_event(ev: Any, acc: StreamAccumulator = acc) -> None:
+            acc.feed(ev)
+            job.writer.maybe_progress(partial_parts)
+
+        state["partial"] = partial_parts
+        t0 = time.perf_counter()
+        try:
+            result = await deps.model.complete(conv.value, provider=provider, stream=True, on_event=on_event)
+        finally:
+            timer.model_ms += (time.perf_counter() - t0) * 1000
+        response: LuxResponse = result.response
+        draft = response_to_parts(
+            response, provider=provider, model=model_id, needs_approval=approval_needed,
+            call_ids=call_ids, sources=sources, seen_urls=seen_urls,
+            max_parts=max(0, MAX_PARTS - len(parts)),
+        )
+        parts = parts + draft.parts
+        state["partial"] = None
+        state["parts"] = parts
+        state["finish"] = draft.finish_reason
+        if draft.usage is not None:
+            usage_total.append(draft.usage)
+            state["usage"] = _sum_usage(usage_total)
+        runnable = [ToolCall(c.call_id, c.tool, c.input) for c in draft.runnable_calls]
+        if runnable:
+            results = await _run_tools(deps, job, runnable, journal_key)
+            parts = with_results(parts, results)
+            state["parts"] = parts
+        if draft.awaiting_approval:
+            return STATUS_AWAITING_APPROVAL
+        if not runnable:
+            return STATUS_COMPLETE
+        if len(parts) >= MAX_PARTS:
+            return STATUS_COMPLETE
+    return STATUS_COMPLETE
+
+
+def _sum_usage(us: list[Usage]) -> Usage:
+    def s(name: str) -> int | None:
+        vals = [getattr(u, name) for u in us if getattr(u, name) is not None]
+        return sum(vals) if vals else None
+
+    return Usage(input_tokens=s("input_tokens"), output_tokens=s("output_tokens"), reasoning_tokens=s("reasoning_tokens"))
+
+
+def _error_of(e: BaseException) -> tuple[str, str]:
+    """``(kind, message)`` for a reply's error field; never user content."""
+    if isinstance(e, ProviderError):
+        return e.kind, error_message(e.kind, status=e.status)
+    if isinstance(e, ToolError):
+        return e.kind, error_message(e.kind)
+    if isinstance(e, GelbridgeError):
+        kind = getattr(e, "kind", "server_error") or "server_error"
+        if type(e).__module__.startswith("gelbridge.adapters") or kind == "adapter_error":
+            return kind, error_message(kind)
+        return kind, error_message(kind, detail=str(e))
+    return "server_error", error_message("server_error", detail=f"internal error ({type(e).__name__}); see the gelbridge log")
+
+
+async def run_turn(deps: TurnDeps, job: TurnJob) -> TurnReport:
+    """Answer one claimed reply and write its final state."""
+    start = time.monotonic()
+    job.started_at = start
+    queue_ms = max(0.0, (start - job.received_at) * 1000)
+    timer = _Timer()
+    state: dict[str, Any] = {"parts": [], "steps": 0}
+    status = STATUS_ERROR
+    error_kind: str | None = None
+    writer = job.writer
+    cancelled: asyncio.CancelledError | None = None
+
+    def current_parts() -> list[Part]:
+        partial = state.get("partial")
+        if partial is not None:
+            try:
+                return partial()
+            except Exception:  # noqa: BLE001 - best effort: keep what is certain
+                pass
+        return list(state.get("parts") or [])
+
+    error: ReplyError | None = None
+    try:
+        status = await _answer(deps, job, state, timer)
+        parts = list(state["parts"])
+    except asyncio.CancelledError as e:
+        cancelled = e
+        parts = current_parts()
+        if job.cancel_reason == "superseded":
+            status = STATUS_CANCELLED
+        else:
+            status, error_kind = STATUS_ERROR, "interrupted"
+            error = ReplyError(kind="interrupted", message=error_message("interrupted"))
+    except ClaimConflict:
+        log.warning("reply %s was taken over by someone else; dropping this turn", job.ask.reply_rkey)
+        deps.store.update_claim_status(job.ask.reply_rkey, "cancelled", "claim_lost")
+        return TurnReport("lost", "claim_lost", _timing(deps, job, "lost", queue_ms, start, timer), state["steps"])
+    except Exception as e:  # noqa: BLE001 - every failure after the claim becomes an error reply
+        parts = current_parts()
+        error_kind, msg = _error_of(e)
+        status = STATUS_ERROR
+        error = ReplyError(kind=error_kind, message=msg)
+        log.warning("reply %s failed: %s (%s)", job.ask.reply_rkey, error_kind, type(e).__name__)
+        if not isinstance(e, GelbridgeError):
+            log.debug("reply %s traceback", job.ask.reply_rkey, exc_info=True)
+
+    try:
+        final = writer.final(
+            parts if (job.ask.key_id in deps.keyring) else [],
+            status=status,
+            model=state.get("model"),
+            effort=state.get("effort"),
+            usage=state.get("usage"),
+            finish_reason=map_finish_reason(state.get("finish")) if status != STATUS_ERROR else None,
+            error=error,
+        )
+        if cancelled is not None:
+            await asyncio.wait_for(asyncio.shield(asyncio.ensure_future(final)), timeout=15)
+        else:
+            await final
+        deps.store.update_claim_status(job.ask.reply_rkey, status, error_kind)  # type: ignore[arg-type]
+    except Exception as e:  # noqa: BLE001 - the final write failed: leave the claim unfinished for recovery
+        log.error("final write of %s failed (%s); it stays claimed and is finished on restart",
+                  job.ask.reply_rkey, type(e).__name__)
+        error_kind = "write_failed"
+        status = "unfinished"
+    if error_kind is not None:
+        try:
+            deps.store.record_error(_label(error_kind), account=deps.did, record_key=job.ask.reply_rkey, where="turn")
+        except Exception:  # noqa: BLE001
+            pass
+    timing = _timing(deps, job, status, queue_ms, start, timer)
+    if cancelled is not None:
+        raise cancelled
+    return TurnReport(status, error_kind, timing, state["steps"], writer.progress_writes)
+
+
+def _label(s: str) -> str:
+    out = "".join(c if c.isalnum() or c in "_-.:" else "_" for c in s)[:64]
+    return out or "unknown"
+
+
+def _timing(deps: TurnDeps, job: TurnJob, status: str, queue_ms: float, start: float, timer: _Timer) -> TurnTiming:
+    total_ms = (time.monotonic() - start) * 1000
+    write_ms = job.writer.write_ms
+    bridge_ms = max(0.0, total_ms - timer.model_ms - write_ms)
+    t = TurnTiming(
+        reply_rkey=job.ask.reply_rkey, account=deps.did, status=_label(status), queue_ms=queue_ms,
+        bridge_ms=bridge_ms, model_ms=timer.model_ms, write_ms=write_ms,
+    )
+    try:
+        deps.store.record_turn(t)
+    except Exception:  # noqa: BLE001
+        pass
+    log.info(
+        "turn %s %s queue=%.0fms bridge=%.0fms model=%.0fms write=%.0fms",
+        job.ask.reply_rkey, status, t.queue_ms, t.bridge_ms, t.model_ms, t.write_ms,
+    )
+    return t

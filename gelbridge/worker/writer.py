@@ -1,0 +1,243 @@
+"""Sealed writes of one reply record ``K.r{n}``: the claim, throttled progress, the final write.
+
+- **claim**: create-only ``putRecord`` (``swapRecord: null``), status ``pending``,
+  sealed empty content (PROTOCOL.md §4.2);
+- **progress**: status ``streaming`` with the parts so far, at most every
+  ``update_interval`` seconds and only when the parts changed (a PDS spends write
+  budget on each update: §4.4). Never per token. ``update_interval = 0`` turns progress
+  writes off (claim + final write only);
+- **final**: sealed parts, model, effort, usage, finishReason, status, error,
+  updatedAt.
+
+Every write after the claim swaps on the CID this writer last wrote, so a reply that
+someone else changed (another worker took it over, the app deleted it) is never
+overwritten: the write raises :class:`~gelbridge.errors.ClaimConflict` and the turn
+stops. Content is sealed with the user message's keyId; when that key is not in the
+keyring (an error reply for an undecryptable message) the content is an empty
+``plainContent``, which carries nothing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from gelbridge.errors import ClaimConflict, GelbridgeError
+from gelbridge.records.constants import (
+    MESSAGE_COLLECTION,
+    ROLE_ASSISTANT,
+    STATUS_PENDING,
+    STATUS_STREAMING,
+)
+from gelbridge.records.keys import AtUri
+from gelbridge.records.models import (
+    BlobRef,
+    ModelRef,
+    Part,
+    PlainContent,
+    ReplyError,
+    Usage,
+    now_datetime,
+)
+from gelbridge.sealing import seal_content
+from gelbridge.worker.repo import RepoView
+
+log = logging.getLogger("gelbridge.worker.writer")
+
+
+def reply_value(
+    *,
+    conversation: str,
+    parent: str,
+    content: Mapping[str, Any],
+    status: str,
+    created_at: str,
+    updated_at: str | None = None,
+    model: ModelRef | None = None,
+    effort: str | None = None,
+    usage: Usage | None = None,
+    finish_reason: str | None = None,
+    error: ReplyError | None = None,
+) -> dict[str, Any]:
+    """The JSON form of a reply record (pure)."""
+    v: dict[str, Any] = {
+        "$type": MESSAGE_COLLECTION,
+        "conversation": conversation,
+        "role": ROLE_ASSISTANT,
+        "parent": parent,
+        "content": dict(content),
+        "status": status,
+        "createdAt": created_at,
+    }
+    if updated_at is not None:
+        v["updatedAt"] = updated_at
+    if model is not None:
+        v["model"] = model.to_value()
+    if effort is not None:
+        v["effort"] = effort
+    if usage is not None:
+        v["usage"] = usage.to_value()
+    if finish_reason is not None:
+        v["finishReason"] = finish_reason
+    if error is not None:
+        v["error"] = error.to_value()
+    return v
+
+
+class ReplyWriter:
+    """Writes one reply record; serialises its writes and tracks the CID to swap on."""
+
+    def __init__(
+        self,
+        pds: Any,  # gelbridge.pds.PdsClient
+        view: RepoView,
+        *,
+        reply_rkey: str,
+        message_rkey: str,
+        conversation: str,
+        key_id: str | None,
+        keyring: Mapping[str, bytes],
+        update_interval: float = 2.0,
+        created_at: str | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.pds = pds
+        self.view = view
+        self.reply_rkey = reply_rkey
+        self.message_rkey = message_rkey
+        self.conversation = conversation
+        self.key_id = key_id
+        self.keyring = keyring
+        self.update_interval = update_interval
+        self.created_at = created_at or now_datetime()
+        self.uri = AtUri(view.did, MESSAGE_COLLECTION, reply_rkey)
+        self.cid: str | None = None
+        self.status: str | None = None
+        self.blobs: list[BlobRef] = []
+        self.claim_ms = 0.0  # the claim write (before the turn starts)
+        self.write_ms = 0.0  # awaited writes inside the turn (settling progress, final)
+        self.progress_writes = 0
+        self.lost = False  # someone else changed the record: stop writing
+        self._clock = clock
+        self._lock = asyncio.Lock()
+        self._last_progress = clock()
+        self._progress_task: asyncio.Task[None] | None = None
+        self._last_parts_len = -1
+        self._last_parts: list[Part] | None = None
+
+    # --- content -------------------------------------------------------------------------
+
+    def content(self, parts: Sequence[Part]) -> dict[str, Any]:
+        """Sealed content (or empty plain content when the key is unavailable)."""
+        if self.key_id is None or self.key_id not in self.keyring:
+            if parts:
+                raise GelbridgeError(
+                    f"reply {self.reply_rkey}: cannot seal content, key {self.key_id!r} is not in the keyring"
+                )
+            return PlainContent(parts=[]).to_value()
+        enc = seal_content(PlainContent(parts=list(parts)), uri=self.uri, key_id=self.key_id, keyring=self.keyring)
+        if self.blobs:
+            enc = enc.model_copy(update={"blobs": list(self.blobs)})
+        return enc.to_value()
+
+    def add_blob(self, ref: BlobRef) -> None:
+        """Keep an uploaded (encrypted) blob referenced from the record (§2)."""
+        self.blobs.append(ref)
+
+    # --- writes --------------------------------------------------------------------------------
+
+    async def _put(self, value: dict[str, Any], *, swap: str | None) -> None:
+        res = await self.pds.put_record(MESSAGE_COLLECTION, self.reply_rkey, value, swap_record=swap)
+        self.cid = res.cid
+        self.status = value["status"]
+        self.view.put(self.reply_rkey, res.cid, value)
+
+    async def claim(self) -> None:
+        """Create-only write of the pending reply. Raises ClaimConflict if it exists."""
+        value = reply_value(
+            conversation=self.conversation, parent=self.message_rkey, content=self.content([]),
+            status=STATUS_PENDING, created_at=self.created_at,
+        )
+        t0 = time.perf_counter()
+        async with self._lock:
+            await self._put(value, swap=None)
+        self.claim_ms += (time.perf_counter() - t0) * 1000
+
+    def adopt(self, cid: str, value: Mapping[str, Any]) -> None:
+        """Take over an existing record (resume after a crash, or a stale claim)."""
+        self.cid = cid
+        self.status = value.get("status") if isinstance(value.get("status"), str) else None
+        created = value.get("createdAt")
+        if isinstance(created, str) and created:
+            self.created_at = created
+
+    def maybe_progress(self, build_parts: Callable[[], list[Part]]) -> None:
+        """Schedule a ``streaming`` update if one is due (never blocks, never per token)."""
+        if self.update_interval <= 0 or self.lost:
+            return
+        now = self._clock()
+        if now - self._last_progress < self.update_interval:
+            return
+        if self._progress_task is not None and not self._progress_task.done():
+            return
+        parts = build_parts()
+        if self._last_parts is not None and parts == self._last_parts:
+            return
+        self._last_progress = now
+        self._last_parts = parts
+        self._progress_task = asyncio.create_task(self._progress(parts), name=f"progress {self.reply_rkey}")
+
+    async def _progress(self, parts: list[Part]) -> None:
+        try:
+            value = reply_value(
+                conversation=self.conversation, parent=self.message_rkey, content=self.content(parts),
+                status=STATUS_STREAMING, created_at=self.created_at, updated_at=now_datetime(),
+            )
+            async with self._lock:
+                if self.lost:
+                    return
+                await self._put(value, swap=self.cid)
+            self.progress_writes += 1
+        except ClaimConflict:
+            self.lost = True
+            log.warning("reply %s changed under us; no more writes to it", self.reply_rkey)
+        except GelbridgeError as e:  # a failed progress write is not fatal: the final write decides
+            log.info("progress write of %s failed (%s)", self.reply_rkey, type(e).__name__)
+
+    async def settle(self) -> None:
+        """Wait for an in-flight progress write (before the final write)."""
+        task, self._progress_task = self._progress_task, None
+        if task is not None and not task.done():
+            t0 = time.perf_counter()
+            try:
+                await task
+            finally:
+                self.write_ms += (time.perf_counter() - t0) * 1000
+
+    async def final(
+        self,
+        parts: Sequence[Part],
+        *,
+        status: str,
+        model: ModelRef | None = None,
+        effort: str | None = None,
+        usage: Usage | None = None,
+        finish_reason: str | None = None,
+        error: ReplyError | None = None,
+    ) -> None:
+        """The last write of the reply (swap on the CID last written)."""
+        await self.settle()
+        if self.lost:
+            raise ClaimConflict(f"reply {self.reply_rkey} was changed by someone else; not overwriting it")
+        value = reply_value(
+            conversation=self.conversation, parent=self.message_rkey, content=self.content(parts),
+            status=status, created_at=self.created_at, updated_at=now_datetime(), model=model,
+            effort=effort, usage=usage, finish_reason=finish_reason, error=error,
+        )
+        t0 = time.perf_counter()
+        async with self._lock:
+            await self._put(value, swap=self.cid)
+        self.write_ms += (time.perf_counter() - t0) * 1000
