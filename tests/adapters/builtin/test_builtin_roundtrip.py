@@ -1,0 +1,125 @@
+"""Reasoning state across turns: what the second request carries back (server.requests[-1].body)."""
+
+from __future__ import annotations
+
+import pytest
+
+import harness
+from gelbridge.dev.model_server import ToolCall, Turn
+from gelbridge.lux import LuxRequest, Message, Options, Text, Tool, ToolResult, ToolUse
+
+SIG = "c2lnLTE="
+MODELS = {"openai": "gpt-4o", "anthropic": "claude-sonnet-4-5", "gemini": "gemini-2.5-flash",
+          "ollama": "llama3.2", "deepseek": "deepseek-reasoner"}
+OTHER_MODEL = {"openai": "gpt-4.1", "anthropic": "claude-opus-4-1", "gemini": "gemini-2.5-pro",
+               "ollama": "qwen3", "deepseek": "deepseek-chat"}
+TOOLS = [Tool("lookup", {"type": "object", "properties": {"q": {"type": "string"}}})]
+
+
+async def two_turns(name, srv, stream, second_model=None, first=None):
+    """Turn 1: reasoning + a tool call; turn 2 sends the result back."""
+    srv.enqueue(first or Turn(reasoning="I should look it up", reasoning_signature=SIG,
+                              tool_calls=[ToolCall("lookup", {"q": "x"})]))
+    user = Message("user", [Text("what is x?")])
+    req = LuxRequest(model=MODELS[name], conversation=[user], options=Options(stream=stream), tools=TOOLS)
+    r1 = await harness.complete(harness_srv := srv, name, req, stream=stream)
+    assistant = r1.response.message
+    calls = [b for b in assistant.content if isinstance(b, ToolUse)]
+    conv = [user, assistant] + [Message("tool", [ToolResult(c.id, [Text("42")])]) for c in calls]
+    srv.enqueue(Turn(text="x is 42"))
+    req2 = LuxRequest(model=second_model or MODELS[name], conversation=conv, options=Options(stream=stream),
+                      tools=TOOLS)
+    r2 = await harness.complete(harness_srv, name, req2, stream=stream)
+    assert r2.response.message.content[0].text == "x is 42"
+    return calls, srv.requests[-1].body
+
+
+@pytest.fixture(params=[False, True], ids=["plain", "stream"])
+def stream(request: pytest.FixtureRequest) -> bool:
+    return request.param
+
+
+async def test_anthropic_sends_signed_thinking_and_one_user_turn_of_results(server, stream):
+    calls, body = await two_turns("anthropic", server, stream)
+    msgs = body["messages"]
+    assert [m["role"] for m in msgs] == ["user", "assistant", "user"]
+    assert msgs[1]["content"][0] == {"type": "thinking", "thinking": "I should look it up", "signature": SIG}
+    assert msgs[1]["content"][1] == {"type": "tool_use", "id": calls[0].id, "name": "lookup", "input": {"q": "x"}}
+    assert msgs[2]["content"] == [{"type": "tool_result", "tool_use_id": calls[0].id,
+                                   "content": [{"type": "text", "text": "42"}]}]
+
+
+async def test_anthropic_drops_thinking_for_another_model(server, stream):
+    _, body = await two_turns("anthropic", server, stream, second_model=OTHER_MODEL["anthropic"])
+    assert [b["type"] for b in body["messages"][1]["content"]] == ["tool_use"]
+
+
+async def test_anthropic_redacted_thinking_round_trip(server, stream):
+    first = Turn(reasoning="visible", redacted_reasoning="UkVEQUNURUQ=", tool_calls=[ToolCall("lookup", {"q": "x"})])
+    _, body = await two_turns("anthropic", server, stream, first=first)
+    blocks = body["messages"][1]["content"]
+    assert blocks[1] == {"type": "redacted_thinking", "data": "UkVEQUNURUQ="}
+    assert blocks[0]["type"] == "thinking" and blocks[0]["signature"]
+
+
+async def test_gemini_keeps_thought_signature_on_the_function_call_part(server, stream):
+    calls, body = await two_turns("gemini", server, stream)
+    model_turn, results = body["contents"][1], body["contents"][2]
+    assert model_turn["role"] == "model"
+    assert model_turn["parts"] == [{"functionCall": {"name": "lookup", "args": {"q": "x"}, "id": calls[0].id},
+                                    "thoughtSignature": SIG}]
+    assert results == {"role": "user", "parts": [{"functionResponse": {
+        "name": "lookup", "id": calls[0].id, "response": {"output": "42"}}}]}
+
+
+async def test_gemini_signature_on_text_part_round_trip(server, stream):
+    first = Turn(text="just text", reasoning_signature=SIG)
+    server.enqueue(first)
+    user = Message("user", [Text("hi")])
+    r1 = await harness.complete(server, "gemini", LuxRequest(model=MODELS["gemini"], conversation=[user],
+                                                             options=Options(stream=stream)), stream=stream)
+    server.enqueue(Turn(text="ok"))
+    conv = [user, r1.response.message, Message("user", [Text("more")])]
+    await harness.complete(server, "gemini", LuxRequest(model=MODELS["gemini"], conversation=conv,
+                                                        options=Options(stream=stream)), stream=stream)
+    parts = server.requests[-1].body["contents"][1]["parts"]
+    assert "".join(p["text"] for p in parts) == "just text"
+    assert parts[-1]["thoughtSignature"] == SIG and all("thoughtSignature" not in p for p in parts[:-1])
+
+
+async def test_gemini_signature_not_sent_to_another_model(server, stream):
+    _, body = await two_turns("gemini", server, stream, second_model=OTHER_MODEL["gemini"])
+    assert "thoughtSignature" not in body["contents"][1]["parts"][0]
+
+
+async def test_gemini3_marks_calls_without_signature(server):
+    _, body = await two_turns("gemini", server, False, second_model="gemini-3-pro-preview")
+    assert body["contents"][1]["parts"][0]["thoughtSignature"] == "skip_thought_signature_validator"
+
+
+async def test_deepseek_sends_reasoning_content_back_to_the_same_model(server, stream):
+    calls, body = await two_turns("deepseek", server, stream)
+    a = body["messages"][1]
+    assert a["role"] == "assistant" and a["reasoning_content"] == "I should look it up"
+    assert a["tool_calls"][0]["id"] == calls[0].id
+    assert body["messages"][2] == {"role": "tool", "tool_call_id": calls[0].id, "content": "42"}
+
+
+async def test_deepseek_reasoning_content_not_sent_to_another_model(server, stream):
+    _, body = await two_turns("deepseek", server, stream, second_model=OTHER_MODEL["deepseek"])
+    assert "reasoning_content" not in body["messages"][1]
+
+
+async def test_openai_never_sends_reasoning_back(server, stream):
+    calls, body = await two_turns("openai", server, stream)
+    a = body["messages"][1]
+    assert "reasoning_content" not in a and a["tool_calls"] == [
+        {"id": calls[0].id, "type": "function", "function": {"name": "lookup", "arguments": '{"q":"x"}'}}]
+
+
+async def test_ollama_sends_thinking_and_object_arguments(open_server, stream):
+    _, body = await two_turns("ollama", open_server, stream)
+    a, t = body["messages"][1], body["messages"][2]
+    assert a["thinking"] == "I should look it up"
+    assert a["tool_calls"] == [{"function": {"name": "lookup", "arguments": {"q": "x"}}}]
+    assert t == {"role": "tool", "content": "42", "tool_name": "lookup"}
