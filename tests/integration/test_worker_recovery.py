@@ -1,0 +1,201 @@
+"""Crash, restart and cursor behaviour of `gelbridge run` as a real subprocess."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from gelbridge.dev.model_server import ModelServer, Turn
+from gelbridge.dev.pds import AccountInfo, DevPds
+from gelbridge.records import new_tid
+from gelbridge.sealing import Keyring
+from gelbridge.state import StateStore
+
+from .conftest import PASSWORD_ENV, App, text_of
+
+pytestmark = [pytest.mark.pds, pytest.mark.timeout(240)]
+
+
+def write_config(tmp: Path, pds_url: str, account: AccountInfo, model_url: str, keyring: Keyring,
+                 update_interval: float = 0.2) -> Path:
+    keyring.save(tmp / "keyring.json")
+    cfg = tmp / "gelbridge.toml"
+    cfg.write_text(f"""
+[account]
+pds = "{pds_url}"
+identifier = "{account.handle}"
+password_env = "{PASSWORD_ENV}"
+
+[keyring]
+path = "keyring.json"
+
+[state]
+dir = "state"
+
+[defaults]
+model = {{ provider = "local", id = "echo-1" }}
+
+[providers.local]
+adapter = "openai"
+base_url = "{model_url}/v1"
+max_retries = 0
+
+[replies]
+update_interval = {update_interval}
+
+[worker]
+shutdown_grace = 2
+""")
+    return cfg
+
+
+class WorkerProc:
+    """`python -m gelbridge run` in its own process group; stderr to a log file."""
+
+    def __init__(self, cfg: Path, account: AccountInfo, log: Path) -> None:
+        self.cfg, self.account, self.log_path = cfg, account, log
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self, timeout: float = 60.0) -> None:
+        env = {**os.environ, PASSWORD_ENV: self.account.app_password}
+        env.pop("GELBRIDGE_CONFIG", None)
+        self._log = open(self.log_path, "ab")
+        self._out = self.log_path.with_suffix(".out")
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "gelbridge", "run", "--config", str(self.cfg), "--log-level", "info"],
+            stdout=open(self._out, "wb"), stderr=self._log, env=env, start_new_session=True,
+        )
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise AssertionError(f"worker exited early:\n{self.log_path.read_text()[-3000:]}")
+            if b"ready:" in self._out.read_bytes():
+                return
+            time.sleep(0.1)
+        raise AssertionError("worker not ready in time")
+
+    def kill(self) -> None:
+        assert self.proc is not None
+        os.killpg(self.proc.pid, signal.SIGKILL)
+        self.proc.wait(10)
+
+    def terminate(self, timeout: float = 30.0) -> int:
+        assert self.proc is not None
+        self.proc.send_signal(signal.SIGTERM)
+        return self.proc.wait(timeout)
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait(10)
+
+    @property
+    def stdout(self) -> str:
+        return self._out.read_text()
+
+
+@pytest.fixture
+def procs() -> Iterator[list[WorkerProc]]:
+    made: list[WorkerProc] = []
+    yield made
+    for p in made:
+        p.stop()
+
+
+async def test_worker_killed_mid_stream_is_restarted_and_leaves_one_complete_reply(
+    dev_pds: DevPds, pds_account: AccountInfo, keyring: tuple[Keyring, str], app: App,
+    model_server: ModelServer, tmp_path: Path, procs: list[WorkerProc],
+) -> None:
+    cfg = write_config(tmp_path, dev_pds.pds_url, pds_account, model_server.url, keyring[0])
+    model_server.enqueue(Turn(text="slow " * 200, chunk_size=5, chunk_delay=0.05))  # ~10 s of streaming
+    w1 = WorkerProc(cfg, pds_account, tmp_path / "w1.log")
+    procs.append(w1)
+    await asyncio.to_thread(w1.start)
+    conv = new_tid()
+    k = await app.send("tell me slowly", conversation=conv)
+    rec, content = await app.wait_status(f"{k}.r0", "streaming", timeout=30, interval=0.05)
+    assert content is not None and text_of(content).startswith("slow")
+    w1.kill()
+    rec, _ = await app.wait_status(f"{k}.r0", "streaming", timeout=2)  # left unfinished by the crash
+    with StateStore.open_dir(tmp_path / "state") as store:
+        assert [c.reply_rkey for c in store.unfinished_claims(app.did)] == [f"{k}.r0"]
+
+    w2 = WorkerProc(cfg, pds_account, tmp_path / "w2.log")
+    procs.append(w2)
+    await asyncio.to_thread(w2.start)
+    rec, content = await app.wait_status(f"{k}.r0", "complete", timeout=60)
+    assert text_of(content) == "You said: tell me slowly"  # rewritten from scratch by the echo model
+    assert await app.replies_of(k) == [f"{k}.r0"]
+    assert "1 unfinished resumed" in w2.stdout or "claim(s) recovered" in w2.stdout
+    assert w2.terminate() == 0
+    with StateStore.open_dir(tmp_path / "state") as store:
+        assert store.unfinished_claims(app.did) == []
+        assert store.get_claim(f"{k}.r0").status == "complete"
+    assert "logged in" not in (tmp_path / "w2.log").read_text()  # the session was resumed
+
+
+async def test_restart_resumes_from_cursor_answering_messages_written_while_down_once(
+    dev_pds: DevPds, pds_account: AccountInfo, keyring: tuple[Keyring, str], app: App,
+    model_server: ModelServer, tmp_path: Path, procs: list[WorkerProc],
+) -> None:
+    cfg = write_config(tmp_path, dev_pds.pds_url, pds_account, model_server.url, keyring[0])
+    w1 = WorkerProc(cfg, pds_account, tmp_path / "w1.log")
+    procs.append(w1)
+    await asyncio.to_thread(w1.start)
+    conv = new_tid()
+    a = await app.send("message A", conversation=conv)
+    await app.wait_status(f"{a}.r0", "complete")
+    assert w1.terminate() == 0
+    with StateStore.open_dir(tmp_path / "state") as store:
+        cursor1 = store.get_cursor(f"firehose:{dev_pds.pds_url.rstrip('/')}:{app.did}")
+    assert isinstance(cursor1, int) and cursor1 > 0
+
+    b = await app.send("message B", conversation=conv, parent=f"{a}.r0")
+    c = await app.send("message C", conversation=new_tid())
+    requests_before = len(model_server.requests)
+
+    w2 = WorkerProc(cfg, pds_account, tmp_path / "w2.log")
+    procs.append(w2)
+    await asyncio.to_thread(w2.start)
+    assert f"cursor {cursor1}" in w2.stdout
+    _, cb = await app.wait_status(f"{b}.r0", "complete")
+    _, cc = await app.wait_status(f"{c}.r0", "complete")
+    assert text_of(cb) == "You said: message B" and text_of(cc) == "You said: message C"
+    d = await app.send("message D", conversation=conv, parent=f"{b}.r0")
+    await app.wait_status(f"{d}.r0", "complete")
+    await asyncio.sleep(1.0)  # give a duplicate the chance to show up
+    assert len(model_server.requests) - requests_before == 3  # B, C, D: once each; A not again
+    for m in (a, b, c, d):
+        assert await app.replies_of(m) == [f"{m}.r0"]
+    assert w2.terminate() == 0
+    with StateStore.open_dir(tmp_path / "state") as store:
+        cursor2 = store.get_cursor(f"firehose:{dev_pds.pds_url.rstrip('/')}:{app.did}")
+    assert isinstance(cursor2, int) and cursor2 > cursor1
+
+
+async def test_sigterm_during_a_turn_ends_it_interrupted_after_the_grace_period(
+    dev_pds: DevPds, pds_account: AccountInfo, keyring: tuple[Keyring, str], app: App,
+    model_server: ModelServer, tmp_path: Path, procs: list[WorkerProc],
+) -> None:
+    cfg = write_config(tmp_path, dev_pds.pds_url, pds_account, model_server.url, keyring[0])
+    model_server.enqueue(Turn(text="long " * 400, chunk_size=5, chunk_delay=0.05))  # ~20 s
+    w1 = WorkerProc(cfg, pds_account, tmp_path / "w1.log")
+    procs.append(w1)
+    await asyncio.to_thread(w1.start)
+    k = await app.send("long answer please", conversation=new_tid())
+    await app.wait_status(f"{k}.r0", "streaming", timeout=30, interval=0.05)
+    t0 = time.monotonic()
+    assert await asyncio.to_thread(w1.terminate, 30) == 0
+    assert time.monotonic() - t0 < 15  # grace 2 s + bounded final write
+    rec, content = await app.wait_status(f"{k}.r0", "error", timeout=5)
+    assert rec.error is not None and rec.error.kind == "interrupted"
+    assert "long" not in rec.error.message
+    assert content is not None and text_of(content).startswith("long")  # what was streamed is kept
