@@ -105,6 +105,23 @@ class WorkerConfig(_Section):
     backfill: bool = True
 
 
+class AccountEntry(_Section):
+    """One ``[[accounts]]`` entry: an account served by this process, with its own PDS
+    login, keyring, state directory and defaults (strictly separate from the others)."""
+
+    name: str | None = None  # label for logs and the state sub-directory; default: identifier
+    pds: str
+    identifier: str
+    password_env: str = "GELBRIDGE_APP_PASSWORD"
+    keyring: Path | None = None
+    state_dir: Path | None = None  # default: <state.dir>/accounts/<name>
+    defaults: DefaultsConfig | None = None  # keys set here override [defaults]
+
+    @property
+    def label(self) -> str:
+        return self.name or self.identifier
+
+
 class ToolsConfig(_Section):
     max_steps: int = 8
     approval_ttl: float | None = None
@@ -129,6 +146,7 @@ class Settings(_Section):
     worker: WorkerConfig = Field(default_factory=WorkerConfig)
     tools: dict[str, Any] = Field(default_factory=dict)
     mcp: dict[str, Any] = Field(default_factory=dict)
+    accounts: list[AccountEntry] = Field(default_factory=list)
 
     @field_validator("providers")
     @classmethod
@@ -147,6 +165,39 @@ class Settings(_Section):
     @property
     def state_dir(self) -> Path:
         return self.state.dir.expanduser()
+
+    def accounts_list(self) -> list[AccountEntry]:
+        """Every account this process serves: the ``[[accounts]]`` entries, or the single
+        ``[account]`` (+ ``[keyring]``, state dir and ``[defaults]``) as a one-entry list."""
+        if self.accounts:
+            labels = [a.label for a in self.accounts]
+            if len(set(labels)) != len(labels):
+                raise ConfigError("[[accounts]] names (or identifiers) must be unique; set name = \"...\"")
+            if self.account.pds or self.account.identifier:
+                raise ConfigError("use either [account] or [[accounts]], not both (move [account] into [[accounts]])")
+            return list(self.accounts)
+        a = self.account
+        if not a.pds or not a.identifier:
+            raise ConfigError("set [account] pds and identifier (or GELBRIDGE_PDS / GELBRIDGE_IDENTIFIER), or [[accounts]]")
+        return [AccountEntry(pds=a.pds, identifier=a.identifier, password_env=a.password_env,
+                             keyring=self.keyring.path, state_dir=self.state.dir)]
+
+    def for_account(self, entry: AccountEntry) -> Settings:
+        """These settings narrowed to one account: its ``[account]``, keyring, state dir and
+        merged defaults, so one-account code (the worker) serves it unchanged."""
+        defaults = self.defaults
+        if entry.defaults is not None:
+            defaults = self.defaults.model_copy(
+                update={k: getattr(entry.defaults, k) for k in entry.defaults.model_fields_set}
+            )
+        state_dir = entry.state_dir or (self.state.dir / "accounts" / entry.label.replace("/", "_"))
+        return self.model_copy(update={
+            "account": AccountConfig(pds=entry.pds, identifier=entry.identifier, password_env=entry.password_env),
+            "keyring": KeyringConfig(path=entry.keyring),
+            "state": self.state.model_copy(update={"dir": state_dir}),
+            "defaults": defaults,
+            "accounts": [],
+        })
 
 
 _ENV_OVERRIDES: dict[str, tuple[str, str]] = {
@@ -191,6 +242,10 @@ def load_config(
         st = data.get("state", {})
         if isinstance(st, dict) and st.get("dir") and not Path(st["dir"]).expanduser().is_absolute():
             st["dir"] = str(base / st["dir"])
+        for acct in data.get("accounts", []) if isinstance(data.get("accounts"), list) else []:
+            for k in ("keyring", "state_dir"):
+                if isinstance(acct, dict) and acct.get(k) and not Path(acct[k]).expanduser().is_absolute():
+                    acct[k] = str(base / acct[k])
         ad = data.get("adapters", {})
         if isinstance(ad, dict) and isinstance(ad.get("dirs"), list):
             ad["dirs"] = [
