@@ -1,0 +1,24 @@
+"""`gelbridge demo` runs the whole path on this machine and prints the opened conversation."""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+
+import pytest
+
+from gelbridge.dev.demo import run_demo
+
+pytestmark = [pytest.mark.pds, pytest.mark.timeout(400)]
+
+
+def test_demo_prints_opened_conversation_and_timings_and_keeps_state(tmp_path: Path) -> None:
+    out = io.StringIO()
+    run_demo(text="hello demo", timeout=60, keep_dir=tmp_path / "demo", out=out)
+    text = out.getvalue()
+    assert "  user       hello demo" in text
+    assert "  assistant  You said: hello demo" in text
+    assert "[complete, local/echo-1, finish stop]" in text
+    assert "reply complete" in text and "turn: queue" in text
+    assert (tmp_path / "demo" / "gelbridge.toml").is_file()
+    assert (tmp_path / "demo" / "state" / "gelbridge.db").is_file()
