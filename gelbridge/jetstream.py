@@ -1,0 +1,220 @@
+"""Jetstream source (``[watch] source = "jetstream"``): JSON record events over a websocket.
+
+Jetstream (bluesky-social/jetstream) turns the relay firehose into JSON and filters it on
+the server. This module speaks its documented public v1 endpoint::
+
+    <url>/subscribe?wantedCollections=chat.gel.assistant.*&wantedDids=<did>...&cursor=<time_us>
+
+Events are ``{"did", "time_us", "kind": "commit", "commit": {"rev", "operation",
+"collection", "rkey", "record", "cid"}}`` (plus ``identity``/``account`` kinds, ignored).
+The SDK's ``JetstreamClient`` speaks the newer v2 XRPC method
+``network.bsky.jetstream.subscribeEvents`` instead; a consumer that already runs it can
+feed its messages to :class:`gelbridge.bridge.Bridge`.
+
+Cursor: ``time_us`` of the last event whose effects are durable, saved in the state
+store (``jetstream:<url>``). Jetstream cursors are times, only roughly ordered, and a
+reconnect may land on another instance, so a reconnect rewinds the cursor by
+``rewind_seconds`` and replayed events are dropped by the state store's seen set
+(``mark_seen(did, rkey, cid)``). Events are handled one at a time, in stream order; a
+handler returns once the event's effects are durable (``Worker.handle_event``), so the
+saved cursor never runs ahead of work. Reconnects back off exponentially (bounded).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import random
+import time
+from collections.abc import Awaitable, Callable, Iterable
+from typing import Any
+from urllib.parse import urlencode, urlsplit, urlunsplit
+
+import websockets
+
+from gelbridge.errors import GelbridgeError, RecordError
+from gelbridge.firehose import DEFAULT_PREFIX
+from gelbridge.ingest import IncomingRecord, RecordFilter, from_jetstream_event
+
+log = logging.getLogger("gelbridge.jetstream")
+
+Handler = Callable[[IncomingRecord], Awaitable[Any]]
+
+#: Largest Jetstream message accepted (a record is at most 1 MiB of CBOR; JSON is larger).
+MAX_MESSAGE_BYTES = 8 * 1024 * 1024
+MICROS = 1_000_000
+
+
+def subscribe_url(
+    base_url: str,
+    *,
+    collections: Iterable[str] = (DEFAULT_PREFIX + "*",),
+    dids: Iterable[str] = (),
+    cursor: int | None = None,
+) -> str:
+    """``ws(s)://host[/path]/subscribe?wantedCollections=...&wantedDids=...&cursor=...``.
+
+    ``base_url`` may be the instance (``wss://jetstream2.us-east.bsky.network``) or the
+    full ``.../subscribe`` URL; ``http(s)`` becomes ``ws(s)``. Jetstream allows at most 100
+    collections and 10,000 DIDs per connection.
+    """
+    parts = urlsplit(base_url.strip())
+    scheme = {"http": "ws", "https": "wss"}.get(parts.scheme, parts.scheme)
+    if scheme not in ("ws", "wss"):
+        raise ValueError(f"Jetstream URL must start with ws://, wss://, http:// or https://, not {base_url!r}")
+    path = parts.path.rstrip("/")
+    if not path.endswith("/subscribe"):
+        path += "/subscribe"
+    dids = list(dids)
+    collections = list(collections)
+    if len(dids) > 10_000 or len(collections) > 100:
+        raise ValueError("Jetstream takes at most 10,000 wantedDids and 100 wantedCollections per connection")
+    query: list[tuple[str, str]] = [("wantedCollections", c) for c in collections]
+    query += [("wantedDids", d) for d in dids]
+    if cursor is not None:
+        query.append(("cursor", str(int(cursor))))
+    return urlunsplit((scheme, parts.netloc, path, urlencode(query, safe="*:"), ""))
+
+
+def rewound(cursor: int | None, seconds: float) -> int | None:
+    """The cursor to reconnect with: ``seconds`` earlier (Jetstream cursors are ``time_us``)."""
+    if cursor is None:
+        return None
+    return max(0, cursor - int(seconds * MICROS))
+
+
+def jetstream_cursor_key(url: str) -> str:
+    return f"jetstream:{url.rstrip('/')}"
+
+
+class JetstreamSource:
+    """Subscribe, filter, hand each record of ours to ``handler``, save the cursor, reconnect.
+
+    ``store`` is a :class:`gelbridge.state.StateStore` (cursor + seen events); it may be
+    shared by several accounts (keys carry the DID).
+    """
+
+    def __init__(
+        self,
+        url: str,
+        dids: Iterable[str],
+        store: Any,
+        handler: Handler,
+        *,
+        prefix: str = DEFAULT_PREFIX,
+        rewind_seconds: float = 5.0,
+        backoff_base: float = 0.5,
+        backoff_cap: float = 30.0,
+        open_timeout: float = 10.0,
+        cursor_save_interval: float = 1.0,
+    ) -> None:
+        self.url = url
+        self.filter = RecordFilter.for_dids(dids, prefix)
+        self.store = store
+        self.handler = handler
+        self.rewind_seconds = rewind_seconds
+        self.backoff_base = backoff_base
+        self.backoff_cap = backoff_cap
+        self.open_timeout = open_timeout
+        self.cursor_save_interval = cursor_save_interval
+        self.key = jetstream_cursor_key(url)
+        saved = store.get_cursor(self.key)
+        self.cursor: int | None = saved if isinstance(saved, int) else None
+        self._saved_cursor = self.cursor
+        self._saved_at = 0.0
+        self.connected = asyncio.Event()
+        self.connects = 0
+        self.handled = 0
+        self.duplicates = 0
+
+    def current_url(self) -> str:
+        """The URL of the next connection (cursor rewound)."""
+        return subscribe_url(
+            self.url,
+            collections=[self.filter.prefix + "*"],
+            dids=sorted(self.filter.dids or ()),
+            cursor=rewound(self.cursor, self.rewind_seconds),
+        )
+
+    def _save_cursor(self, force: bool) -> None:
+        if self.cursor is None or self.cursor == self._saved_cursor:
+            return
+        now = time.monotonic()
+        if not force and now - self._saved_at < self.cursor_save_interval:
+            return
+        try:
+            self.store.set_cursor(self.key, self.cursor)
+        except GelbridgeError as e:
+            log.error("cannot save the Jetstream cursor (%s)", type(e).__name__)
+            return
+        self._saved_cursor, self._saved_at = self.cursor, now
+
+    async def handle_message(self, message: str | bytes) -> int:
+        """Filter one websocket message, handle its record (deduplicated), advance the cursor.
+
+        Returns how many records were handed to the handler (0 or 1).
+        """
+        try:
+            records = from_jetstream_event(message, self.filter)
+        except RecordError as e:
+            log.warning("skipping a Jetstream message (%s)", e)
+            return 0
+        n = 0
+        for rec in records:
+            if rec.cid is not None and self.store.was_seen(rec.did, rec.rkey, rec.cid):
+                self.duplicates += 1
+            else:
+                await self.handler(rec)  # returns when the effects are durable
+                if rec.cid is not None:
+                    self.store.mark_seen(rec.did, rec.rkey, rec.cid)
+                n += 1
+                self.handled += 1
+            if rec.source_cursor is not None and (self.cursor is None or rec.source_cursor > self.cursor):
+                self.cursor = rec.source_cursor
+            self._save_cursor(force=True)
+        if not records:
+            cur = _peek_time_us(message)
+            if cur is not None and (self.cursor is None or cur > self.cursor):
+                self.cursor = cur  # nothing of ours before it is still open: safe to move on
+                self._save_cursor(force=False)
+        return n
+
+    async def run(self) -> None:
+        """Until cancelled: connect, consume, reconnect with bounded exponential backoff."""
+        failures = 0
+        while True:
+            url = self.current_url()
+            try:
+                async with websockets.connect(
+                    url, open_timeout=self.open_timeout, max_size=MAX_MESSAGE_BYTES,
+                    ping_interval=20, ping_timeout=20,
+                ) as ws:
+                    self.connected.set()
+                    self.connects += 1
+                    if failures:
+                        log.info("Jetstream reconnected (cursor %s)", self.cursor)
+                    failures = 0
+                    async for message in ws:
+                        await self.handle_message(message)
+            except (OSError, TimeoutError, websockets.InvalidHandshake, websockets.InvalidURI,
+                    websockets.ConnectionClosed) as e:
+                log.warning("Jetstream connection lost or refused (%s)", type(e).__name__)
+            finally:
+                self.connected.clear()
+                self._save_cursor(force=True)
+            failures += 1
+            delay = min(self.backoff_cap, self.backoff_base * 2 ** min(failures - 1, 10))
+            delay *= 0.75 + random.random() / 2
+            log.info("Jetstream: reconnecting in %.1f s", delay)
+            await asyncio.sleep(delay)
+
+
+def _peek_time_us(message: str | bytes) -> int | None:
+    """``time_us`` of an event that is not ours (identity/account events: small)."""
+    try:
+        event = json.loads(message)
+    except (ValueError, UnicodeDecodeError):
+        return None
+    cur = event.get("time_us") if isinstance(event, dict) else None
+    return cur if isinstance(cur, int) else None
