@@ -22,3 +22,13 @@ def test_demo_prints_opened_conversation_and_timings_and_keeps_state(tmp_path: P
     assert "reply complete" in text and "turn: queue" in text
     assert (tmp_path / "demo" / "gelbridge.toml").is_file()
     assert (tmp_path / "demo" / "state" / "gelbridge.db").is_file()
+
+    from typer.testing import CliRunner
+
+    from gelbridge.cli import app
+
+    res = CliRunner().invoke(app, ["status", "--config", str(tmp_path / "demo" / "gelbridge.toml")])
+    assert res.exit_code == 0, res.output
+    assert "in flight 0" in res.output and "recent turns (1)" in res.output
+    assert ".r0" in res.output and "complete" in res.output
+    assert "hello demo" not in res.output
