@@ -1,0 +1,135 @@
+"""JetstreamSource against a local Jetstream stand-in: query params, durable time_us
+cursor, rewind on reconnect with de-duplication, reconnect backoff."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from pathlib import Path
+
+import pytest
+
+from gelbridge.ingest import IncomingRecord
+from gelbridge.jetstream import JetstreamSource, jetstream_cursor_key, rewound, subscribe_url
+from gelbridge.state import StateStore
+
+from .frames import MSG, jetstream_event, message_record
+from .jetstream_server import JetstreamServer
+
+ME, OTHER = "did:plc:me", "did:plc:other"
+T0 = 1_764_500_000_000_000
+
+
+def ev(i: int, did: str = ME, collection: str = MSG, op: str = "create") -> dict:
+    return jetstream_event(did, T0 + i * 1_000_000, op, collection, f"3mk{i:09d}2", message_record(), f"bafycid{i}")
+
+
+async def wait_for(cond, timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not cond():
+        if time.monotonic() > deadline:
+            raise AssertionError("condition not met in time")
+        await asyncio.sleep(0.02)
+
+
+@pytest.fixture
+def store(tmp_path: Path):
+    with StateStore.open_dir(tmp_path) as s:
+        yield s
+
+
+def test_subscribe_url_uses_the_v1_query_params() -> None:
+    url = subscribe_url("https://jet.example/", dids=["did:plc:a", "did:plc:b"], cursor=17)
+    assert url == ("wss://jet.example/subscribe?wantedCollections=chat.gel.assistant.*"
+                   "&wantedDids=did:plc:a&wantedDids=did:plc:b&cursor=17")
+    assert subscribe_url("ws://127.0.0.1:1/subscribe").startswith("ws://127.0.0.1:1/subscribe?")
+    assert rewound(10_000_000, 5) == 5_000_000 and rewound(None, 5) is None
+    with pytest.raises(ValueError):
+        subscribe_url("ftp://x")
+
+
+async def test_records_in_order_cursor_saved_and_replays_after_reconnect_deduplicated(store: StateStore) -> None:
+    got: list[IncomingRecord] = []
+
+    async def handler(rec: IncomingRecord) -> None:
+        got.append(rec)
+
+    async with JetstreamServer(close_after=4) as srv:
+        for i in range(6):
+            srv.publish(ev(i))
+        srv.publish(ev(6, did=OTHER))                        # the server filters it out (wantedDids)
+        srv.publish(ev(7, collection="app.bsky.feed.post"))  # and this (wantedCollections)
+        store.set_cursor(jetstream_cursor_key(srv.url), T0 - 1)  # resume from before event 0
+        src = JetstreamSource(srv.url, [ME], store, handler, rewind_seconds=1.5, backoff_base=0.01, backoff_cap=0.05)
+        task = asyncio.create_task(src.run())
+        try:
+            await wait_for(lambda: len(got) >= 6 and src.connects >= 3)
+        finally:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+    assert [r.rkey for r in got] == [f"3mk{i:09d}2" for i in range(6)]  # each once, in order
+    assert src.duplicates > 0  # the rewind replayed events that were already handled
+    assert all(r.did == ME and r.collection == MSG for r in got)
+    assert store.get_cursor(src.key) == T0 + 5 * 1_000_000
+    first, second = srv.requests[0], srv.requests[1]
+    assert first["wantedDids"] == [ME] and first["wantedCollections"] == ["chat.gel.assistant.*"]
+    assert int(first["cursor"][0]) == T0 - 1 - 1_500_000
+    assert int(second["cursor"][0]) == T0 + 3 * 1_000_000 - 1_500_000  # last handled, rewound
+
+
+async def test_a_new_source_resumes_from_the_saved_cursor_and_skips_seen_events(store: StateStore) -> None:
+    got: list[str] = []
+
+    async def handler(rec: IncomingRecord) -> None:
+        got.append(rec.rkey)
+
+    async with JetstreamServer() as srv:
+        for i in range(3):
+            srv.publish(ev(i))
+        store.set_cursor(jetstream_cursor_key(srv.url), T0 - 1)
+        for round_ in range(2):
+            src = JetstreamSource(srv.url, [ME], store, handler, rewind_seconds=60)
+            task = asyncio.create_task(src.run())
+            try:
+                if round_ == 0:
+                    await wait_for(lambda: len(got) == 3)
+                else:
+                    srv.publish(ev(3))
+                    await wait_for(lambda: len(got) == 4)
+                    await asyncio.sleep(0.2)
+            finally:
+                task.cancel()
+                await asyncio.gather(task, return_exceptions=True)
+        # the second source rewound 60 s, so the server replayed 0..2: all dropped as seen
+        assert src.duplicates == 3
+    assert got == [f"3mk{i:09d}2" for i in range(4)]
+
+
+async def test_handler_failure_does_not_advance_past_the_event(store: StateStore) -> None:
+    calls: list[str] = []
+
+    async def handler(rec: IncomingRecord) -> None:
+        calls.append(rec.rkey)
+        if len(calls) == 1:
+            raise RuntimeError("PDS down")
+
+    async with JetstreamServer() as srv:
+        srv.publish(ev(0))
+        store.set_cursor(jetstream_cursor_key(srv.url), T0 - 1)
+        src = JetstreamSource(srv.url, [ME], store, handler, rewind_seconds=0, backoff_base=0.01, backoff_cap=0.05)
+        with pytest.raises(RuntimeError):
+            await src.handle_message(__import__("json").dumps(ev(0)))
+        assert store.get_cursor(src.key) == T0 - 1 and not store.was_seen(ME, "3mk0000000002", "bafycid0")
+        await src.handle_message(__import__("json").dumps(ev(0)))
+        assert calls == ["3mk0000000002"] * 2 and store.get_cursor(src.key) == T0
+
+
+async def test_reconnects_with_bounded_backoff_when_refused(store: StateStore) -> None:
+    async def handler(rec: IncomingRecord) -> None: ...
+
+    src = JetstreamSource("ws://127.0.0.1:9", [ME], store, handler, backoff_base=0.01, backoff_cap=0.02, open_timeout=1)
+    task = asyncio.create_task(src.run())
+    await asyncio.sleep(0.5)
+    task.cancel()
+    await asyncio.gather(task, return_exceptions=True)
+    assert src.connects == 0 and not src.connected.is_set()
