@@ -90,32 +90,32 @@ class _RuntimePool:
         self._idle.put(rt)
 
     def acquire_pinned(self) -> tuple[LuaSandbox, bool]:
-        """A runtime for the whole of one stream: ``(runtime, overflow)``.
+        """A runtime for the whole of one stream: ``(runtime, True)``.
 
-        A stream holds its runtime between chunks (its ``state`` table lives there),
-        so instead of waiting when every pooled runtime is held, an extra "overflow"
-        runtime is created for the stream and dropped afterwards.
+        A stream holds its runtime between chunks (its ``state`` table lives there)
+        while the event loop serves other calls, so pinned runtimes never count
+        against ``pool_size``: an idle pooled runtime leaves the pool for the stream
+        (or a new one is made), and ordinary calls can always get a runtime without
+        waiting for a stream to end. Never blocks.
         """
         try:
-            return self._idle.get_nowait(), False
+            rt = self._idle.get_nowait()
         except queue.Empty:
-            pass
+            return self._new(), True
         with self._lock:
-            grow = self._created < self._limits.pool_size
-            if grow:
-                self._created += 1
-        try:
-            return self._new(), not grow
-        except BaseException:
-            if grow:
-                with self._lock:
-                    self._created -= 1
-            raise
+            self._created -= 1
+        return rt, True
 
-    def release_pinned(self, rt: LuaSandbox, overflow: bool) -> None:
-        if overflow:
+    def release_pinned(self, rt: LuaSandbox, pinned: bool = True) -> None:
+        """Back into the pool if it has room (and the runtime is healthy), else dropped."""
+        if rt.broken:
             return
-        self._release(rt)
+        with self._lock:
+            room = self._created < self._limits.pool_size
+            if room:
+                self._created += 1
+        if room:
+            self._idle.put(rt)
 
 
 AUTH_STYLES = ("bearer", "x-api-key", "x-goog-api-key", "none")
