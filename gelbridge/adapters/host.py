@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import queue
 import threading
+import time
 from contextlib import contextmanager
 from collections.abc import Iterator, Mapping
 from pathlib import Path
@@ -59,28 +60,35 @@ class _RuntimePool:
             self._release(rt)
 
     def _acquire(self) -> LuaSandbox:
-        try:
-            return self._idle.get_nowait()
-        except queue.Empty:
-            pass
-        with self._lock:
-            grow = self._created < self._limits.pool_size
-            if grow:
-                self._created += 1
-        if grow:
+        # A broken runtime is dropped on release without waking waiters, so a waiter
+        # re-checks whether it may grow the pool every short interval (bounded overall).
+        deadline = time.monotonic() + POOL_WAIT_SECONDS
+        while True:
             try:
-                return self._new()
-            except BaseException:
-                with self._lock:
-                    self._created -= 1
-                raise
-        try:
-            return self._idle.get(timeout=POOL_WAIT_SECONDS)
-        except queue.Empty:
-            raise AdapterError(
-                f"adapter {self._name!r}: all {self._limits.pool_size} runtimes stayed busy for "
-                f"{POOL_WAIT_SECONDS:g} s; raise [adapters] pool_size or check the script for slow calls"
-            ) from None
+                return self._idle.get_nowait()
+            except queue.Empty:
+                pass
+            with self._lock:
+                grow = self._created < self._limits.pool_size
+                if grow:
+                    self._created += 1
+            if grow:
+                try:
+                    return self._new()
+                except BaseException:
+                    with self._lock:
+                        self._created -= 1
+                    raise
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise AdapterError(
+                    f"adapter {self._name!r}: all {self._limits.pool_size} runtimes stayed busy for "
+                    f"{POOL_WAIT_SECONDS:g} s; raise [adapters] pool_size or check the script for slow calls"
+                )
+            try:
+                return self._idle.get(timeout=min(0.05, left))
+            except queue.Empty:
+                continue
 
     def _release(self, rt: LuaSandbox) -> None:
         if rt.broken:
