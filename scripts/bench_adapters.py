@@ -147,12 +147,14 @@ async def bench_http(n: int, registry: AdapterRegistry) -> dict[str, float]:
             prep = client.prepare(req, provider="local", stream=False)
             for _ in range(20):
                 await client.complete(req, provider="local", stream=False)
-            s = []
+            s, inner = [], []
             for _ in range(n):
                 t0 = time.perf_counter()
-                await client.complete(req, provider="local", stream=False)
+                res = await client.complete(req, provider="local", stream=False)
                 s.append(time.perf_counter() - t0)
+                inner.append(res.timing.adapter_ms / 1000)
             out["ModelClient.complete"] = median_us(s)
+            out["  of which adapter work"] = median_us(inner)
         async with httpx.AsyncClient() as hc:
             body = prep.body.encode()
             for _ in range(20):
@@ -190,15 +192,17 @@ def main() -> None:
     args = ap.parse_args()
     registry = AdapterRegistry.load(builtin_adapters_dir(), [TEST_SCRIPTS])
     names = [n for n in registry.names() if n in WIRE]
-    print(f"adapters: {', '.join(names)} (engine: {registry.get(names[0])._pool._limits.engine})")
-    print(f"{'adapter':<20}{'format':<12}{'per request (a)':>18}{'per chunk (b)':>16}")
+    from gelbridge.adapters.sandbox import resolve_engine
+
+    print(f"adapters: {', '.join(names)} (Lua engine: {resolve_engine('auto')})")
+    print(f"{'adapter':<24}{'format':<12}{'per request (a)':>18}{'per chunk (b)':>16}")
     for name in names:
         a = registry.get(name)
         provider = name
         req_us = bench_request(a, provider, args.n)
         chunk_us = bench_chunks(a, provider)
         label = name + (" (ADAPTER.md)" if name == "openai_md" else "")
-        print(f"{label:<20}{a.format:<12}{req_us / 1000:>15.3f} ms{chunk_us:>13.2f} µs")
+        print(f"{label:<24}{a.format:<12}{req_us / 1000:>15.3f} ms{chunk_us:>13.2f} µs")
     print("targets: < 0.5 ms per request, < 20 µs per chunk")
     print()
     res = asyncio.run(bench_http(args.requests, registry))
