@@ -16,6 +16,9 @@ from __future__ import annotations
 from collections import OrderedDict
 from typing import Any, Protocol
 
+from atproto_core.car import CAR
+
+from gelbridge.errors import PdsError, PdsUnavailable
 from gelbridge.mapping.cache import OpenedRecordCache
 from gelbridge.records.constants import MESSAGE_COLLECTION
 from gelbridge.records.keys import AtUri
@@ -62,13 +65,50 @@ class RepoView:
                 self._items.move_to_end(rkey)
                 return hit
         self.fetches += 1
-        got = await self.pds.get_record(MESSAGE_COLLECTION, rkey)
+        try:
+            got = await self.pds.get_record(MESSAGE_COLLECTION, rkey)
+        except PdsUnavailable as e:
+            if e.status is None:
+                raise
+            got = await self._sync_get(rkey)  # see sync_get_record
         if got is None:
             self.drop(rkey)
             return None
         cid, value = got
         self.put(rkey, cid, value)
         return cid, value
+
+
+    async def _sync_get(self, rkey: str) -> tuple[str, dict[str, Any]] | None:
+        import httpx
+
+        url = getattr(self.pds, "pds_url", None)
+        if not url:
+            return None
+        async with httpx.AsyncClient(timeout=30) as http:
+            r = await http.get(f"{url}/xrpc/com.atproto.sync.getRecord",
+                               params={"did": self.did, "collection": MESSAGE_COLLECTION, "rkey": rkey})
+        if r.status_code != 200:
+            if r.status_code in (400, 404):
+                return None
+            raise PdsUnavailable(f"PDS failed on sync.getRecord {rkey} (HTTP {r.status_code})", status=r.status_code)
+        return record_from_car(r.content, MESSAGE_COLLECTION)
+
+
+def record_from_car(data: bytes, collection: str) -> tuple[str, dict[str, Any]] | None:
+    """The record block of a ``com.atproto.sync.getRecord`` CAR (CBOR form), with its CID.
+
+    Used when ``repo.getRecord`` answers 5xx: the reference dev PDS (dev-env 0.3.215)
+    fails to serialise records that hold blob refs as JSON, but serves the CAR.
+    """
+    try:
+        car = CAR.from_bytes(data)
+    except Exception:  # noqa: BLE001 - libipld raises ValueError
+        raise PdsError("sync.getRecord answered something that is not a CAR file") from None
+    for cid, block in car.blocks.items():
+        if isinstance(block, dict) and block.get("$type") == collection:
+            return str(cid), block
+    return None
 
 
 class _Need(Exception):

@@ -73,6 +73,7 @@ class BackfillReport:
     owed: int = 0
     resumed: int = 0
     unfinished_claims: int = 0
+    incomplete: bool = False
 
 
 class Worker:
@@ -386,9 +387,14 @@ class Worker:
         """List every message; claim what is owed; resume our unfinished replies."""
         rep = BackfillReport()
         listing: dict[str, Entry] = {}
-        async for r in self.pds.iter_records(MESSAGE_COLLECTION, page_size=100, reverse=True):
-            listing[r.rkey] = (r.cid, r.value)
-            self.view.put(r.rkey, r.cid, r.value)
+        try:
+            async for r in self.pds.iter_records(MESSAGE_COLLECTION, page_size=100, reverse=True):
+                listing[r.rkey] = (r.cid, r.value)
+                self.view.put(r.rkey, r.cid, r.value)
+        except PdsError as e:  # answer what was listed; the firehose and sweeps do the rest
+            rep.incomplete = True
+            log.error("backfill: listing messages failed after %d records (%s); continuing without the rest",
+                      len(listing), type(e).__name__)
         now = time.monotonic()
         for rkey, (cid, value) in listing.items():
             if not isinstance(value, dict) or value.get("role") == ROLE_ASSISTANT or value.get("generation") is None:

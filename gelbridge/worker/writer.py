@@ -184,7 +184,7 @@ class ReplyWriter:
         if self._progress_task is not None and not self._progress_task.done():
             return
         parts = build_parts()
-        if self._last_parts is not None and parts == self._last_parts:
+        if not parts or (self._last_parts is not None and parts == self._last_parts):
             return
         self._last_progress = now
         self._last_parts = parts
