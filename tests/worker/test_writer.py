@@ -1,0 +1,95 @@
+"""Reply writes: sealed, swap on the last CID, progress throttled (never per token)."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+
+from gelbridge.errors import ClaimConflict
+from gelbridge.pds import PutResult
+from gelbridge.records import MessageRecord, TextPart
+from gelbridge.sealing import Keyring, content_of
+from gelbridge.worker.repo import RepoView
+from gelbridge.worker.writer import ReplyWriter
+
+DID = "did:plc:abcdefghijklmnopqrstuvwx"
+
+
+class FakePds:
+    def __init__(self) -> None:
+        self.puts: list[tuple[str, dict[str, Any], Any]] = []
+        self.records: dict[str, tuple[str, dict[str, Any]]] = {}
+
+    async def put_record(self, collection: str, rkey: str, value: dict[str, Any], *, swap_record: Any) -> PutResult:
+        cur = self.records.get(rkey)
+        if (swap_record is None and cur is not None) or (swap_record is not None and (cur is None or cur[0] != swap_record)):
+            raise ClaimConflict("swap mismatch")
+        cid = f"cid{len(self.puts)}"
+        self.puts.append((rkey, value, swap_record))
+        self.records[rkey] = (cid, value)
+        return PutResult(uri=f"at://{DID}/{collection}/{rkey}", cid=cid, committed=True)
+
+    async def get_record(self, collection: str, rkey: str, *, repo: str | None = None) -> Any:
+        return self.records.get(rkey)
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.t = 0.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+@pytest.fixture
+def setup() -> tuple[FakePds, Keyring, str, Clock, ReplyWriter]:
+    pds = FakePds()
+    kr = Keyring()
+    kid = kr.add_new("k1")
+    clock = Clock()
+    w = ReplyWriter(pds, RepoView(pds, DID), reply_rkey="3mk.r0", message_rkey="3mk", conversation="3mc",
+                    key_id=kid, keyring=kr, update_interval=2.0, clock=clock)
+    return pds, kr, kid, clock, w
+
+
+async def test_claim_progress_and_final_are_sealed_and_chained_by_cid(setup: Any) -> None:
+    pds, kr, kid, clock, w = setup
+    await w.claim()
+    assert pds.puts[0][2] is None and pds.puts[0][1]["status"] == "pending"
+    for i in range(100):  # 100 "tokens" within 1.9 s: no progress write
+        clock.t = i * 0.019
+        w.maybe_progress(lambda i=i: [TextPart(text="x" * (i + 1))])
+    await asyncio.sleep(0)
+    assert len(pds.puts) == 1
+    clock.t = 2.5
+    w.maybe_progress(lambda: [TextPart(text="partial")])
+    await w.settle()
+    assert len(pds.puts) == 2 and pds.puts[1][1]["status"] == "streaming" and pds.puts[1][2] == "cid0"
+    await w.final([TextPart(text="done")], status="complete")
+    rkey, value, swap = pds.puts[-1]
+    assert swap == "cid1" and value["status"] == "complete" and "updatedAt" in value
+    rec = MessageRecord.from_value(value)
+    opened = content_of(rec.content, uri=f"at://{DID}/chat.gel.assistant.message/3mk.r0", keyring=kr)
+    assert [p.text for p in opened.parts] == ["done"]
+
+
+async def test_interval_zero_means_only_claim_and_final(setup: Any) -> None:
+    pds, kr, kid, clock, w = setup
+    w.update_interval = 0
+    await w.claim()
+    clock.t = 100
+    w.maybe_progress(lambda: [TextPart(text="x")])
+    await w.final([TextPart(text="y")], status="complete")
+    assert [p[1]["status"] for p in pds.puts] == ["pending", "complete"]
+
+
+async def test_a_reply_changed_by_someone_else_is_never_overwritten(setup: Any) -> None:
+    pds, kr, kid, clock, w = setup
+    await w.claim()
+    pds.records["3mk.r0"] = ("someone-else", pds.records["3mk.r0"][1])
+    with pytest.raises(ClaimConflict):
+        await w.final([TextPart(text="y")], status="complete")
+    with pytest.raises(ClaimConflict):
+        await w.claim()
