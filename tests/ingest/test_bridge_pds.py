@@ -207,3 +207,33 @@ async def _connected(bridge: Bridge) -> None:
     while getattr(bridge, "jetstream", None) is None:
         await asyncio.sleep(0.05)
     await bridge.jetstream.connected.wait()
+
+
+async def test_bridge_serve_follows_one_firehose_per_pds_host_for_two_accounts(dev_pds: DevPds, tmp_path: Path) -> None:
+    acct_a, acct_b = new_account(dev_pds), new_account(dev_pds)
+    kr_a, kr_b = Keyring(), Keyring()
+    kid_a, kid_b = kr_a.add_new("k-a"), kr_b.add_new("k-b")
+    with ModelServer() as model:
+        settings = two_account_settings(dev_pds.pds_url, model.url, tmp_path, [("a", acct_a), ("b", acct_b)])
+        assert settings.watch.source == "firehose"
+        environ = {"PW_A": acct_a.app_password, "PW_B": acct_b.app_password}
+        async with PdsClient(dev_pds.pds_url) as pa, PdsClient(dev_pds.pds_url) as pb:
+            await pa.login(acct_a.handle, acct_a.password)
+            await pb.login(acct_b.handle, acct_b.password)
+            app_a, app_b = App(pa, kr_a, kid_a), App(pb, kr_b, kid_b)
+            async with Bridge(settings, keyrings={"a": kr_a, "b": kr_b}, environ=environ, backfill=False) as bridge:
+                stop = asyncio.Event()
+                serving = asyncio.create_task(bridge.serve(stop))
+                try:
+                    await asyncio.sleep(1.0)  # the subscription opens (no cursor: live)
+                    ka = await app_a.send("A over the firehose", conversation=new_tid())
+                    kb = await app_b.send("B over the firehose", conversation=new_tid())
+                    _r, ca = await app_a.wait_status(f"{ka}.r0", "complete", timeout=60)
+                    _r, cb = await app_b.wait_status(f"{kb}.r0", "complete", timeout=60)
+                    assert text_of(ca) == "You said: A over the firehose"
+                    assert text_of(cb) == "You said: B over the firehose"
+                    key = f"firehose:{dev_pds.pds_url.rstrip('/')}:" + "+".join(sorted([acct_a.did, acct_b.did]))
+                    assert isinstance(bridge.store.get_cursor(key), int)
+                finally:
+                    stop.set()
+                    await asyncio.wait_for(serving, 10)
