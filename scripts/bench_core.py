@@ -4,6 +4,12 @@ One turn = parse 20 record values (JSON form) + open their sealed content + walk
 thread + choose model/tools/effort + build the Lux IR request + ``to_json`` +
 ``orjson.dumps`` + ``response_to_parts`` of a typical response + seal the reply.
 
+With ``--adapter`` steps (always measured too): the Lux request goes through the
+built-in ``openai`` Lua adapter (``provider_body``: conversion + ``transform_request``)
+and a canned OpenAI Chat Completions response body comes back through
+``transform_response`` + ``lux_response_from_adapter`` before ``response_to_parts``.
+Each step's median is printed separately.
+
 "cold": nothing cached. "warm": parsed/opened records come from an
 ``OpenedRecordCache`` keyed by (uri, cid) (the worker's steady state: only the new
 message is new). Run: ``.venv/bin/python scripts/bench_core.py [--profile]``.
@@ -17,6 +23,11 @@ import sys
 import time
 
 import orjson
+
+from gelbridge.adapters.client import provider_body
+from gelbridge.adapters.contract import loads_json, lux_response_from_adapter
+from gelbridge.adapters.host import Adapter
+from gelbridge.adapters.registry import AdapterRegistry, builtin_adapters_dir
 
 from gelbridge.config import DefaultsConfig, ModelChoice
 from gelbridge.lux import Choice, LuxResponse, Message, Text, Thinking, ToolUse, Usage
@@ -91,7 +102,25 @@ RESPONSE = LuxResponse("resp", "gpt-4o-mini", [Choice(0, Message("assistant", [
 DEFAULTS = DefaultsConfig(model=ModelChoice(provider="openai", id="gpt-4o-mini"))
 
 
-def turn(entries: list[tuple[str, str, dict]], message: str, ring: Keyring, cache: OpenedRecordCache | None) -> bytes:
+CANNED_OPENAI = orjson.dumps({
+    "id": "chatcmpl-bench", "object": "chat.completion", "created": 1767225600, "model": "gpt-4o-mini",
+    "choices": [{"index": 0, "finish_reason": "tool_calls", "message": {
+        "role": "assistant", "content": "The answer is forty-two. " * 30,
+        "reasoning_content": "Reasoning about the question. " * 8,
+        "tool_calls": [{"id": "call_x", "type": "function", "function": {
+            "name": "current_time", "arguments": '{"timezone": "Europe/Berlin"}'}}]}}],
+    "usage": {"prompt_tokens": 1000, "completion_tokens": 200, "total_tokens": 1200,
+              "completion_tokens_details": {"reasoning_tokens": 50}},
+}).decode()
+
+STEPS = ("records", "open", "build", "adapter_req", "adapter_resp", "parts", "seal")
+
+
+def turn(entries: list[tuple[str, str, dict]], message: str, ring: Keyring, cache: OpenedRecordCache | None,
+         adapter: Adapter | None = None, steps: dict[str, list[float]] | None = None) -> bytes | str:
+    """One turn; with ``steps`` each step's milliseconds are appended to ``steps[name]``."""
+    clock = time.perf_counter_ns
+    t0 = clock()
     by_rkey = {u.rpartition("/")[2]: (u, c, v) for u, c, v in entries}
 
     def lookup(rkey: str) -> MessageRecord | None:
@@ -103,6 +132,7 @@ def turn(entries: list[tuple[str, str, dict]], message: str, ring: Keyring, cach
         return MessageRecord.from_value(e[2], uri=e[0])
 
     thread = walk_thread(message, lookup)
+    t1 = clock()
     opened = []
     for t in thread.entries:
         uri, cid, _ = by_rkey[t.rkey]
@@ -111,6 +141,7 @@ def turn(entries: list[tuple[str, str, dict]], message: str, ring: Keyring, cach
         else:
             content = content_of(t.record.content, uri=uri, keyring=ring)
         opened.append(OpenedMessage(t.rkey, t.record, content))
+    t2 = clock()
     prev_key = previous_reply_rkey(message, thread.message.record)
     in_thread = {e.rkey: e.record for e in thread.entries}
     prev = (in_thread.get(prev_key) or lookup(prev_key)) if prev_key else None
@@ -118,11 +149,28 @@ def turn(entries: list[tuple[str, str, dict]], message: str, ring: Keyring, cach
     assert choice.model is not None
     req = build_request(opened, provider=choice.model.provider, model=choice.model.id, choice=choice,
                         instructions="You are helpful.")
-    body = orjson.dumps(req.value.to_json())
-    draft = response_to_parts(RESPONSE, provider="openai", model="gpt-4o-mini",
+    t3 = clock()
+    if adapter is None:
+        body: bytes | str = orjson.dumps(req.value.to_json())
+        t4 = clock()
+        response = RESPONSE
+        t5 = t4
+    else:
+        body = provider_body(adapter, req.value, provider="openai", model=choice.model.id).value
+        t4 = clock()
+        obj = loads_json(adapter.transform_response(CANNED_OPENAI), "transform_response")
+        response = lux_response_from_adapter(obj, provider="openai", model=choice.model.id).value
+        t5 = clock()
+    draft = response_to_parts(response, provider="openai", model="gpt-4o-mini",
                               needs_approval=lambda n: False, reply_rkey=f"{message}.r0")
+    t6 = clock()
     reply_uri = f"at://{DID}/{COLL}/{message}.r0"
     seal_content(PlainContent(parts=draft.parts), uri=reply_uri, key_id="k1", keyring=ring)
+    t7 = clock()
+    if steps is not None:
+        marks = (t0, t1, t2, t3, t4, t5, t6, t7)
+        for name, a, b in zip(STEPS, marks, marks[1:]):
+            steps[name].append((b - a) / 1e6)
     return body
 
 
@@ -136,28 +184,57 @@ def measure(fn, n: int) -> tuple[float, float]:
     return statistics.median(times), times[int(len(times) * 0.9)]
 
 
+def load_openai() -> Adapter:
+    return AdapterRegistry.load(builtin_adapters_dir()).get("openai")
+
+
+def step_medians(fn, n: int) -> dict[str, float]:
+    steps: dict[str, list[float]] = {k: [] for k in STEPS}
+    for _ in range(n):
+        fn(steps)
+    return {k: statistics.median(v) for k, v in steps.items()}
+
+
 def main() -> None:
     ring = Keyring()
     ring.add_new("k1")
     entries, last = make_thread(ring)
+    adapter = load_openai()
     body = turn(entries, last, ring, None)
     assert len(json.loads(body)["conversation"]) >= 20
+    pbody = turn(entries, last, ring, None, adapter)
+    assert len(json.loads(pbody)["messages"]) >= 20
+    n = int(next((a.split("=", 1)[1] for a in sys.argv if a.startswith("--n=")), "2000"))
     if "--profile" in sys.argv:
         import cProfile
         import pstats
 
-        cProfile.runctx("for _ in range(300): turn(entries, last, ring, None)", globals(), locals(), "/tmp/core.prof")
+        use = adapter if "--adapter" in sys.argv else None
+        cProfile.runctx("for _ in range(300): turn(entries, last, ring, None, use)", globals(), locals(),
+                        "/tmp/core.prof")
         pstats.Stats("/tmp/core.prof").sort_stats("tottime").print_stats(25)
         return
     for _ in range(50):
         turn(entries, last, ring, None)
-    cold = measure(lambda: turn(entries, last, ring, None), 2000)
+        turn(entries, last, ring, None, adapter)
+    cold = measure(lambda: turn(entries, last, ring, None), n)
     cache = OpenedRecordCache()
     turn(entries, last, ring, cache)
-    warm = measure(lambda: turn(entries, last, ring, cache), 2000)
+    warm = measure(lambda: turn(entries, last, ring, cache), n)
+    cold_a = measure(lambda: turn(entries, last, ring, None, adapter), n)
+    warm_a = measure(lambda: turn(entries, last, ring, cache, adapter), n)
     print(f"20-message sealed thread, one turn ({len(body)} bytes of request JSON)")
     print(f"cold: median {cold[0]:.3f} ms  p90 {cold[1]:.3f} ms")
     print(f"warm: median {warm[0]:.3f} ms  p90 {warm[1]:.3f} ms  (OpenedRecordCache by (uri, cid))")
+    print(f"with openai adapter ({len(pbody)} bytes of provider body; request + canned response):")
+    print(f"  {'':10} {'median':>8} {'p90':>8}")
+    print(f"  {'cold':10} {cold_a[0]:8.3f} {cold_a[1]:8.3f} ms")
+    print(f"  {'warm':10} {warm_a[0]:8.3f} {warm_a[1]:8.3f} ms")
+    sc = step_medians(lambda st: turn(entries, last, ring, None, adapter, st), n)
+    sw = step_medians(lambda st: turn(entries, last, ring, cache, adapter, st), n)
+    print("per step, median ms (cold / warm):")
+    for k in STEPS:
+        print(f"  {k:13} {sc[k]:7.3f} / {sw[k]:7.3f}")
 
 
 if __name__ == "__main__":
