@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 
 from gelbridge.config import Settings
@@ -99,3 +101,20 @@ async def test_message_without_generation_gets_no_reply(
         await app.wait_status(f"{silent}.r0", "complete")
         await worker.wait_idle(10)
         assert await app.reply(f"{k}.r0") is None
+
+
+async def test_poll_source_answers_new_messages_once(
+    dev_pds, pds_account: AccountInfo, keyring: tuple[Keyring, str], app: App,
+    model_server: ModelServer, tmp_path,
+) -> None:
+    from .conftest import make_settings
+
+    settings = make_settings(dev_pds.pds_url, pds_account, tmp_path / "state", model_server.url,
+                             watch={"source": "poll", "poll_interval": 0.3})
+    async with running_worker(settings, pds_account, keyring[0]) as worker:
+        k = await app.send("polled", conversation=new_tid())
+        _, c = await app.wait_status(f"{k}.r0", "complete")
+        assert text_of(c) == "You said: polled"
+        await asyncio.sleep(1.0)  # several more polls: nothing is answered twice
+        assert await app.replies_of(k) == [f"{k}.r0"]
+        assert len(model_server.requests) == 1 and worker.source.polls >= 2
