@@ -31,9 +31,11 @@ def setup_logging(level: str) -> None:
 
 
 async def _run_until_signal(worker: object) -> None:
+    """Run a Worker (one account) or a Bridge (``[[accounts]]`` or Jetstream) until a signal."""
+    from gelbridge.bridge import Bridge
     from gelbridge.worker import Worker
 
-    assert isinstance(worker, Worker)
+    assert isinstance(worker, (Worker, Bridge))
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     got: list[int] = []
@@ -49,7 +51,13 @@ async def _run_until_signal(worker: object) -> None:
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, on_signal, sig)
     try:
-        await worker.run(stop)
+        if isinstance(worker, Bridge):
+            try:
+                await worker.serve(stop)
+            finally:
+                await worker.aclose(grace=worker.settings.worker.shutdown_grace)
+        else:
+            await worker.run(stop)
     finally:
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.remove_signal_handler(sig)
@@ -71,6 +79,16 @@ def run_command(
 
     setup_logging(log_level)
     settings = load_config(config)
+    if settings.accounts or settings.watch.source == "jetstream":
+        # Many accounts in one process, or one Jetstream connection for them: the Bridge
+        # runs one Worker per account behind one event source per host (docs/library.md).
+        from gelbridge.bridge import Bridge
+
+        bridge = Bridge(settings)
+        names = ", ".join(a.label for a in settings.accounts_list())
+        print(f"gelbridge: serving {names} via {settings.watch.source}", flush=True)
+        asyncio.run(_run_until_signal(bridge))
+        return
     worker = Worker(settings, out=sys.stdout)
     asyncio.run(_run_until_signal(worker))
 
