@@ -258,12 +258,14 @@ def _decrypt(ciphertext: bytes, ad: bytes, nonce: bytes, key: bytes) -> bytes | 
     """AEAD open; None if authentication fails. Lengths are checked by the caller."""
     if _raw_decrypt is not None and len(key) == KEY_BYTES and len(nonce) == NONCE_BYTES and len(ciphertext) >= TAG_BYTES:
         mlen = len(ciphertext) - TAG_BYTES
-        out = _ffi.new("unsigned char[]", max(mlen, 1))
-        mlen_p = _ffi.new("unsigned long long *")
-        rc = _raw_decrypt(out, mlen_p, _ffi.NULL, ciphertext, len(ciphertext), ad, len(ad), nonce, key)
+        # a bytearray as the output buffer (no cffi allocations); mlen_p may be NULL
+        # in libsodium: the plaintext length is always len(ciphertext) - tag.
+        out = bytearray(mlen or 1)
+        rc = _raw_decrypt(_ffi.from_buffer(out), _ffi.NULL, _ffi.NULL, ciphertext, len(ciphertext),
+                          ad, len(ad), nonce, key)
         if rc != 0:
             return None
-        return _ffi.buffer(out, mlen_p[0])[:]
+        return bytes(out) if mlen else b""
     try:
         return crypto_aead_xchacha20poly1305_ietf_decrypt(ciphertext, ad, nonce, key)
     except CryptoError:

@@ -193,12 +193,14 @@ class LexObject(BaseModel):
     @classmethod
     def from_value(cls, value: Any, *, uri: str | None = None) -> Self:
         """Validate a decoded value (atproto JSON or CBOR form); RecordError if invalid."""
-        what = f"record {uri}" if uri else f"{cls.LEXICON_TYPE or cls.__name__} value"
         if not isinstance(value, dict):
+            what = f"record {uri}" if uri else f"{cls.LEXICON_TYPE or cls.__name__} value"
             raise RecordError(f"{what}: expected an object, got {type(value).__name__}")
         try:
-            return cls.model_validate(value, by_alias=True, by_name=False)
+            # the compiled validator directly: ``model_validate`` adds ~1 µs per call
+            return cls.__pydantic_validator__.validate_python(value, by_alias=True, by_name=False)
         except ValidationError as e:
+            what = f"record {uri}" if uri else f"{cls.LEXICON_TYPE or cls.__name__} value"
             raise record_error(e, what) from None
 
     def to_value(self) -> dict[str, Any]:
