@@ -35,7 +35,6 @@ from pydantic import (
     PlainSerializer,
     Tag,
     ValidationError,
-    model_validator,
 )
 from pydantic.alias_generators import to_camel
 
@@ -165,6 +164,13 @@ def record_error(e: ValidationError, what: str) -> RecordError:
 # --- base -----------------------------------------------------------------------------------
 
 
+def _extra_json_form(v: Any) -> Any:
+    return to_json_form(v) if isinstance(v, (dict, list, bytes)) else v
+
+
+_ExtraValue = Annotated[Any, BeforeValidator(_extra_json_form)]
+
+
 class LexObject(BaseModel):
     """Base of every lexicon object: strict types, camelCase wire names, extras kept."""
 
@@ -181,14 +187,10 @@ class LexObject(BaseModel):
     #: The lexicon type this model implements (``nsid`` or ``nsid#name``).
     LEXICON_TYPE: ClassVar[str] = ""
 
-    @model_validator(mode="after")
-    def _extras_to_json_form(self) -> Self:
-        extra = self.__pydantic_extra__
-        if extra:
-            for k, v in extra.items():
-                if isinstance(v, (dict, list, bytes)):
-                    extra[k] = to_json_form(v)
-        return self
+    #: Fields gelbridge does not model, kept in JSON form. A typed extras dict runs the
+    #: conversion only when a value has extras (a model validator would run on every
+    #: object, ~0.3 µs each).
+    __pydantic_extra__: dict[str, _ExtraValue] = Field(init=False)  # type: ignore[assignment]
 
     @classmethod
     def from_value(cls, value: Any, *, uri: str | None = None) -> Self:
