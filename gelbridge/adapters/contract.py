@@ -827,6 +827,9 @@ def lux_response_from_adapter(obj: Any, *, provider: str, model: str) -> Convert
     return Converted(resp, list(conv.diagnostics))
 
 
+_TEXT_DELTAS: dict[str, type] = {"text": TextDelta, "thinking": ThinkingDelta}
+
+
 class LuxEventDecoder:
     """A ``lux-ir-v1`` script's ``transform_stream_chunk`` output (one event object or an
     array of them, already JSON-decoded) → typed events. Bad events are skipped with an
@@ -843,13 +846,23 @@ class LuxEventDecoder:
         self.events_out = 0
 
     def decode(self, value: Any) -> list[StreamEvent]:
-        items = value if isinstance(value, list) else (value,)
+        items = value if type(value) is list else (value,)
         out: list[StreamEvent] = []
         for o in items:
-            if isinstance(o, dict) and o.get("event") == "block_delta":
+            if type(o) is dict and o.get("event") == "block_delta":
                 d = o.get("delta")
-                if isinstance(d, dict) and d.get("type") == "provider_data":
-                    _fill_pd(d.get("provider_data"), self.provider, self.model)
+                if type(d) is dict:
+                    # Fast path for the bulk of a stream (text/thinking deltas): what
+                    # event_from_json would build, without its generic dispatch.
+                    dt = d.get("type")
+                    cls = _TEXT_DELTAS.get(dt) if type(dt) is str else None
+                    if cls is not None:
+                        idx, text = o.get("index"), d.get("text")
+                        if type(idx) is int and type(text) is str:
+                            out.append(BlockDelta(idx, cls(text)))
+                            continue
+                    elif dt == "provider_data":
+                        _fill_pd(d.get("provider_data"), self.provider, self.model)
             try:
                 ev = event_from_json(o)
             except LuxDecodeError as e:

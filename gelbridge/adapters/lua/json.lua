@@ -25,6 +25,14 @@ local tostring, tonumber, type, next, pcall, error, setmetatable, getmetatable, 
 local floor, huge = math.floor, math.huge
 local mtype = math.type -- nil on LuaJIT
 local is_jit = rawget(_G, "jit") ~= nil
+-- LuaJIT's table.new presizes a table: growing a fresh table key by key rehashes
+-- it at every power of two, which costs more than the decoding around it.
+local tnew = nil
+if is_jit then
+  local ok, m = pcall(require, "table.new")
+  if ok and type(m) == "function" then tnew = m end
+end
+if not tnew then tnew = function() return {} end end
 
 local MAX_DEPTH = 128
 local ARRAY, OBJECT = "json.array", "json.object"
@@ -41,7 +49,6 @@ local function fail(s, pos, what)
   error({ DECODE_FAIL, format("json.decode: %s at byte %d", what, pos) }, 0)
 end
 
-local ws_run = "^[ \t\r\n]*"
 -- Anchored greedy runs are much faster than unanchored searches in Lua's matcher.
 local str_plain_run = is_jit and '^[^"\\%z\1-\31]*' or '^[^"\\\0-\31]*'
 local str_special = is_jit and '["\\%z\1-\31]' or '["\\\0-\31]'
@@ -67,14 +74,23 @@ local function hex4(s, pos)
   return tonumber(h, 16)
 end
 
+-- Position of the next backslash at or after the current string (huge: none left).
+-- Decoding moves forward only, so one plain find serves every string up to that
+-- backslash: without it a text with no backslash is scanned to its end per string.
+local next_bs = 0
+
 local function decode_string(s, pos) -- pos: opening quote
   -- Plain finds (memchr) locate the closing quote and backslashes: much faster
   -- than character-class patterns. Raw control characters are accepted.
   local i = pos + 1
   local q = find(s, '"', i, true)
   if not q then fail(s, pos, "unterminated string") end
-  local b = find(s, "\\", i, true)
-  if not b or b > q then return sub(s, i, q - 1), q + 1 end
+  local b = next_bs
+  if b < i then
+    b = find(s, "\\", i, true) or huge
+    next_bs = b
+  end
+  if b > q then return sub(s, i, q - 1), q + 1 end
   local buf, n = {}, 0
   while true do
     n = n + 1; buf[n] = sub(s, i, b - 1)
@@ -108,51 +124,67 @@ local function decode_string(s, pos) -- pos: opening quote
       q = find(s, '"', i, true)
       if not q then fail(s, pos, "unterminated string") end
     end
-    b = find(s, "\\", i, true)
-    if not b or b > q then
+    b = find(s, "\\", i, true) or huge
+    next_bs = b
+    if b > q then
       n = n + 1; buf[n] = sub(s, i, q - 1)
       return concat(buf), q + 1
     end
   end
 end
 
+-- Byte loops instead of patterns: LuaJIT compiles them (a pattern find is not
+-- compiled and costs a C call); integers of up to 15 digits are built directly.
 local function decode_number(s, pos)
-  local _, e = find(s, "^-?%d+", pos)
-  if not e then fail(s, pos, "unexpected character") end
-  local d = pos
-  if byte(s, d) == 45 then d = d + 1 end
-  if byte(s, d) == 48 and e > d then fail(s, pos, "leading zero in number") end
+  local i, neg = pos, false
+  local c = byte(s, i)
+  if c == 45 then neg = true; i = i + 1; c = byte(s, i) end
+  local d0, v = i, 0
+  while c and c >= 48 and c <= 57 do
+    v = v * 10 + (c - 48)
+    i = i + 1; c = byte(s, i)
+  end
+  if i == d0 then fail(s, pos, "unexpected character") end
+  if i > d0 + 1 and byte(s, d0) == 48 then fail(s, pos, "leading zero in number") end
   local integral = true
-  local c = byte(s, e + 1)
   if c == 46 then -- .
-    local _, e2 = find(s, "^%d+", e + 2)
-    if not e2 then fail(s, e + 1, "bad number") end
-    e = e2; integral = false; c = byte(s, e + 1)
+    local f0 = i + 1
+    i = f0; c = byte(s, i)
+    while c and c >= 48 and c <= 57 do i = i + 1; c = byte(s, i) end
+    if i == f0 then fail(s, f0 - 1, "bad number") end
+    integral = false
   end
   if c == 101 or c == 69 then -- e E
-    local _, e2 = find(s, "^[-+]?%d+", e + 2)
-    if not e2 then fail(s, e + 1, "bad number") end
-    e = e2; integral = false
+    local e = i
+    i = i + 1; c = byte(s, i)
+    if c == 43 or c == 45 then i = i + 1; c = byte(s, i) end
+    local x0 = i
+    while c and c >= 48 and c <= 57 do i = i + 1; c = byte(s, i) end
+    if i == x0 then fail(s, e, "bad number") end
+    integral = false
   end
-  local v = tonumber(sub(s, pos, e))
+  if integral and i - d0 <= 15 then
+    if neg then v = -v end
+    return v, i
+  end
+  v = tonumber(sub(s, pos, i - 1))
   if not integral and mtype and mtype(v) == "integer" then v = v + 0.0 end
-  return v, e + 1
+  return v, i
 end
 
 local decode_value
 
 local function skip(s, pos)
   local c = byte(s, pos)
-  if c == 32 or c == 10 or c == 13 or c == 9 then
-    local _, e = find(s, ws_run, pos)
-    return e + 1
+  while c == 32 or c == 10 or c == 13 or c == 9 do
+    pos = pos + 1; c = byte(s, pos)
   end
   return pos
 end
 
 local function decode_array(s, pos, depth)
   if depth > MAX_DEPTH then fail(s, pos, "nesting too deep") end
-  local t, n = setmetatable({}, array_mt), 0
+  local t, n = setmetatable(tnew(4, 0), array_mt), 0
   pos = skip(s, pos + 1)
   if byte(s, pos) == 93 then return t, pos + 1 end
   while true do
@@ -174,7 +206,7 @@ end
 
 local function decode_object(s, pos, depth)
   if depth > MAX_DEPTH then fail(s, pos, "nesting too deep") end
-  local t = {}
+  local t = tnew(0, 4)
   pos = skip(s, pos + 1)
   if byte(s, pos) == 125 then return t, pos + 1 end
   while true do
@@ -217,6 +249,7 @@ decode_value = function(s, pos, depth)
 end
 
 local function decode_all(s)
+  next_bs = 0
   local v, pos = decode_value(s, skip(s, 1), 0)
   pos = skip(s, pos)
   if pos <= #s then fail(s, pos, "trailing data") end
@@ -298,6 +331,9 @@ end
 
 local encode_value
 
+-- '{"key":' and ',"key":' for keys already seen (bounded: keys repeat, values do not).
+local key_first, key_next, key_count, KEY_CACHE_MAX = {}, {}, 0, 2048
+
 local function encode_table(t, buf, n, depth)
   if depth > MAX_DEPTH then
     error("json.encode: nesting deeper than " .. MAX_DEPTH .. " (cycle?)", 0)
@@ -347,13 +383,33 @@ local function encode_table(t, buf, n, depth)
     end
     nk = nk + 1; keys[nk] = ks
   end
-  sort(keys)
-  n = n + 1; buf[n] = "{"
+  if nk <= 12 then -- insertion sort: compiled by LuaJIT, where table.sort is not
+    for i = 2, nk do
+      local v, j = keys[i], i - 1
+      while j > 0 and v < keys[j] do
+        keys[j + 1] = keys[j]; j = j - 1
+      end
+      keys[j + 1] = v
+    end
+  else
+    sort(keys)
+  end
+  if nk == 0 then
+    n = n + 1; buf[n] = "{}"
+    return n
+  end
   for i = 1, nk do
     local ks = keys[i]
-    if i > 1 then n = n + 1; buf[n] = "," end
-    n = n + 1; buf[n] = enc_string(ks)
-    n = n + 1; buf[n] = ":"
+    local cache = i == 1 and key_first or key_next
+    local kq = cache[ks]
+    if not kq then
+      kq = (i == 1 and "{" or ",") .. enc_string(ks) .. ":"
+      if key_count < KEY_CACHE_MAX and #ks <= 64 then
+        key_count = key_count + 1
+        cache[ks] = kq
+      end
+    end
+    n = n + 1; buf[n] = kq
     local k = ks
     if map and map[ks] ~= nil then k = map[ks] end
     n = encode_value(t[k], buf, n, depth)
@@ -365,6 +421,10 @@ end
 encode_value = function(v, buf, n, depth)
   local tv = type(v)
   if tv == "string" then
+    if plain_prefix(v, 1) == #v then -- no escapes: no intermediate quoted copy
+      buf[n + 1] = '"'; buf[n + 2] = v; buf[n + 3] = '"'
+      return n + 3
+    end
     n = n + 1; buf[n] = enc_string(v)
   elseif tv == "table" then
     return encode_table(v, buf, n, depth + 1)
