@@ -139,11 +139,31 @@ local function media_of(b)
   return m.media_type or "application/octet-stream", m.source.type, m.source.data
 end
 
+-- The bulk of a stream is one text or thinking delta per chunk: its JSON is built
+-- directly, the same bytes jencode gives (sorted keys), without the generic walk.
+local TEXT_DELTA = { text = '"},"event":"block_delta","index":', thinking = '"},"event":"block_delta","index":' }
+local function text_delta_json(e)
+  local d, idx = e.delta, e.index
+  if type(d) ~= "table" or type(idx) ~= "number" or idx < 0 or idx >= 2147483648 or idx % 1 ~= 0 then return nil end
+  local t, text = d.type, d.text
+  local tail = TEXT_DELTA[t]
+  if not tail or type(text) ~= "string" then return nil end
+  if next(e, next(e, next(e, next(e)))) ~= nil or next(d, next(d, next(d))) ~= nil then return nil end
+  return '{"delta":{"text":' .. jencode(text) .. ',"type":"' .. t .. tail .. string.format("%d", idx) .. "}"
+end
+
 -- Stream output: "" for no event, one event object, or an array of events.
 local function emit(events)
   local n = #events
   if n == 0 then return "" end
-  if n == 1 then return jencode(events[1]) end
+  if n == 1 then
+    local e = events[1]
+    if e.event == "block_delta" then
+      local s = text_delta_json(e)
+      if s then return s end
+    end
+    return jencode(e)
+  end
   return jencode(events)
 end
 

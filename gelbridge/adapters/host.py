@@ -155,7 +155,7 @@ class StreamSession:
     Not thread-safe (one stream = one consumer). ``close()`` returns the runtime.
     """
 
-    __slots__ = ("_adapter", "_pool", "_rt", "_overflow", "_state", "_fname")
+    __slots__ = ("_adapter", "_pool", "_rt", "_overflow", "_state", "_call")
 
     def __init__(self, adapter: Adapter) -> None:
         if not adapter.has_stream_transform:
@@ -164,23 +164,20 @@ class StreamSession:
         self._pool = adapter._pool
         self._rt, self._overflow = self._pool.acquire_pinned()
         self._state = self._rt._rt.table()
-        self._fname = b"transform_stream_chunk"
+        # The sandbox's two-argument entry point passes (data, state) and keeps every
+        # limit; a nil result is refused like any non-string.
+        self._call: Any = self._rt.stream_caller("transform_stream_chunk")
 
     def chunk(self, data: str) -> str:
-        rt = self._rt
-        if rt is None:
+        if self._rt is None:
             raise AdapterError(f"adapter {self._adapter.name!r}: stream session already closed")
-        # The sandbox's two-argument entry point ("url" kind) passes (data, state) and
-        # keeps every limit; a nil result is refused by _result like any non-string.
-        dl, budget = rt._budget()
-        status, value = rt._run(rt._invoke, "transform_stream_chunk", b"url", self._fname, dl, budget,
-                                data.encode("utf-8", "replace"), self._state)
-        return rt._result("transform_stream_chunk", status, value)  # type: ignore[return-value]
+        return self._call(data, self._state)  # type: ignore[no-any-return]
 
     def close(self) -> None:
         rt, self._rt = self._rt, None
         if rt is not None:
             self._state = None
+            self._call = None
             self._pool.release_pinned(rt, self._overflow)
 
     def __enter__(self) -> StreamSession:

@@ -223,6 +223,37 @@ class LuaSandbox:
         )
         return self._result(fname, status, value)  # type: ignore[return-value]
 
+    def stream_caller(self, fname: str) -> Callable[[str, Any], str]:
+        """A bound ``adapter.<fname>(data, state)`` for the chunks of one stream.
+
+        Same limits and errors as ``call_string`` (fresh time and instruction budget
+        per call); the per-call Python work is cut to the minimum because it runs
+        once per chunk: one Lua entry, the success case decided on the raw bytes.
+        """
+        invoke, fname_b = self._invoke, fname.encode()
+        time_limit = self.limits.time_limit
+        budget = float(self.limits.max_instructions // HOOK_EVERY)
+        memory_error, lua_error = self._memory_error, self._lua_error
+        clock = time.monotonic
+
+        def call(data: str, state: Any) -> str:
+            try:
+                status, value = invoke(b"url", fname_b, clock() + time_limit, budget,
+                                       data.encode("utf-8", "replace"), state)
+            except memory_error:
+                raise self._violation("memory", fname) from None
+            except lua_error as e:  # only the prelude itself can get here
+                self.broken = True
+                raise AdapterError(f"adapter {self.adapter!r}: {fname} failed in the host: {_text(e)[:300]}") from None
+            if status == b"ok" and type(value) is bytes:
+                return value.decode("utf-8", "replace")
+            st = _text(status)
+            if st == "violation":
+                raise self._violation(_text(value), fname)
+            return self._result(fname, st, value)  # type: ignore[return-value]
+
+        return call
+
     def call_headers(self, meta_json: str) -> str | None:
         """Call ``adapter.build_headers(meta)``; returns a JSON object text or None."""
         dl, budget = self._budget()
