@@ -58,6 +58,16 @@ class DefaultsConfig(_Section):
     temperature: float | None = None
 
 
+class ToolCallIdConfig(_Section):
+    """``tool_call_id = { pattern, max_length, exact_length }`` in ``[providers.<name>]``:
+    the tool-call ids this host accepts; replaces the adapter's own rule (OpenAI-compatible
+    hosts differ: Mistral wants exactly 9 alphanumerics). Checked by ``ModelClient``."""
+
+    pattern: str | None = None
+    max_length: int | None = None
+    exact_length: int | None = None
+
+
 class ProviderConfig(_Section):
     """``[providers.<name>]``: ``<name>`` matches ``modelRef.provider``."""
 
@@ -71,6 +81,7 @@ class ProviderConfig(_Section):
     connect_timeout: float = 10.0
     read_timeout: float = 120.0
     max_retries: int = 3
+    tool_call_id: ToolCallIdConfig | None = None
 
 
 class AdaptersConfig(_Section):

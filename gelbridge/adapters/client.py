@@ -45,7 +45,7 @@ from gelbridge.adapters.contract import (
     lux_to_completion_request,
 )
 from gelbridge.adapters.host import Adapter
-from gelbridge.adapters.ids import ToolCallIdMap
+from gelbridge.adapters.ids import ToolCallIdMap, ToolCallIdRule
 from gelbridge.errors import AdapterError, ConfigError, GelbridgeError, ProviderError
 from gelbridge.lux import (
     ConversionStatus,
@@ -126,19 +126,22 @@ def _attach(err: GelbridgeError, acc: StreamAccumulator, diags: list[Diagnostic]
     return err
 
 
-def convert_request(adapter: Adapter, request: LuxRequest, *, provider: str,
-                    model: str) -> Converted[dict[str, Any]]:
-    """Lux IR request → what ``adapter.transform_request`` receives (its declared format)."""
-    ids = ToolCallIdMap(adapter.options.tool_call_id)
+def convert_request(adapter: Adapter, request: LuxRequest, *, provider: str, model: str,
+                    id_rule: ToolCallIdRule | None = None) -> Converted[dict[str, Any]]:
+    """Lux IR request → what ``adapter.transform_request`` receives (its declared format).
+
+    ``id_rule``: the provider's tool-call id rule (``[providers.<name>] tool_call_id``);
+    None uses the adapter's declared ``tool_call_id``."""
+    ids = ToolCallIdMap(id_rule if id_rule is not None else adapter.options.tool_call_id)
     if adapter.format == LUX_FORMAT:
         return lux_request_for_adapter(request, provider=provider, model=model, id_map=ids)
     return lux_to_completion_request(request, provider=provider, model=model, id_map=ids)
 
 
-def provider_body(adapter: Adapter, request: LuxRequest, *, provider: str,
-                  model: str) -> Converted[str]:
+def provider_body(adapter: Adapter, request: LuxRequest, *, provider: str, model: str,
+                  id_rule: ToolCallIdRule | None = None) -> Converted[str]:
     """The HTTP body ``adapter`` would send for ``request`` (runs the script; no network)."""
-    conv = convert_request(adapter, request, provider=provider, model=model)
+    conv = convert_request(adapter, request, provider=provider, model=model, id_rule=id_rule)
     return Converted(adapter.transform_request(orjson.dumps(conv.value).decode()), conv.diagnostics)
 
 
@@ -165,6 +168,9 @@ class ModelClient:
         self._env = env
         self._auth: dict[str, dict[str, str]] = {}
         self._keys: dict[str, str | None] = {}
+        self._id_rules: dict[str, ToolCallIdRule | None] = {}
+        for name, cfg in settings.providers.items():  # a bad rule is a config error at start
+            self._id_rules[name] = provider_id_rule(name, cfg)
         self._closed = False
 
     @staticmethod
@@ -245,7 +251,8 @@ class ModelClient:
             want = False
         if request.options.stream != want:
             request = replace(request, options=replace(request.options, stream=want))
-        conv = provider_body(adapter, request, provider=provider, model=model)
+        conv = provider_body(adapter, request, provider=provider, model=model,
+                             id_rule=self._id_rules.get(provider))
         diags += conv.diagnostics
         transport = self.transports.get(provider)
         path = adapter.path_for(model, want)
@@ -399,6 +406,25 @@ class ModelClient:
         return resp, diags + decoder.diagnostics + acc.diagnostics
 
 
+def provider_id_rule(provider: str, cfg: ProviderConfig) -> ToolCallIdRule | None:
+    """The ``tool_call_id`` rule of ``[providers.<provider>]`` (None: use the adapter's);
+    raises ``ConfigError`` naming the section when it is malformed."""
+    raw = cfg.tool_call_id
+    if raw is None:
+        return None
+    from gelbridge.errors import AdapterLoadError
+
+    try:
+        rule = ToolCallIdRule.from_script(raw.model_dump(exclude_none=True),
+                                          f"[providers.{provider}] tool_call_id")
+    except AdapterLoadError as e:
+        raise ConfigError(str(e).replace("adapter.tool_call_id", "tool_call_id")) from None
+    if rule is None or rule == ToolCallIdRule():
+        raise ConfigError(f"[providers.{provider}] tool_call_id: give pattern, max_length or exact_length "
+                          "(or leave the key out to use the adapter's rule)")
+    return rule
+
+
 def _approx_large(request: LuxRequest) -> bool:
     """Cheap guess whether the request holds a large inline media block."""
     from gelbridge.lux import Media, Message
@@ -443,4 +469,4 @@ def _skipped_frame(data: str, diags: list[Diagnostic]) -> int:
 
 
 __all__ = ["ModelClient", "ModelResult", "ModelTiming", "PreparedRequest", "THREAD_THRESHOLD_BYTES",
-           "convert_request", "provider_body"]
+           "convert_request", "provider_body", "provider_id_rule"]
