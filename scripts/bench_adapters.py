@@ -1,16 +1,24 @@
-"""Adapter cost, side by side, in one run (medians).
+"""Adapter cost, side by side, in one run: medians and p90 per request and per chunk.
 
-    .venv/bin/python scripts/bench_adapters.py [--n 300] [--requests 200]
+    .venv/bin/python scripts/bench_adapters.py [--n 300] [--rounds 40] [--requests 200]
 
 (a) per request, no network: Lux request (~20 messages) → adapter input → Lua
     transform_request → provider body; provider response body → Lua transform_response
     → Lux response. For every built-in adapter in adapters/ and for the ADAPTER.md
-    ("completion") path (tests/adapters/scripts/openai_md.lua).
-(b) per stream chunk: transform_stream_chunk (pinned runtime) + decode + accumulator feed.
+    ("completion") path (tests/adapters/scripts/openai_md.lua). One sample per request.
+(b) per stream chunk, end to end as ``ModelClient`` does it: ``StreamSession.chunk``
+    (pinned runtime + state table) → orjson decode of the returned events → typed
+    events (``LuxEventDecoder``/``CompletionChunkDecoder``) → ``StreamAccumulator.feed``.
+    The chunks are whole realistic streams (~250 frames from the local model server's
+    wire renderers: OpenAI chat.completion.chunk, Anthropic content_block_delta and
+    friends, Gemini SSE with one text part, Ollama NDJSON lines); every chunk is one
+    sample, ``--rounds`` streams per adapter.
 (c) one non-stream request to the local ModelServer: ModelClient vs a direct httpx POST
     of the same provider body vs LiteLLM acompletion (when litellm is importable).
 
-Targets: < 0.5 ms adapter work per request, < 20 µs per chunk.
+Adapters are interleaved round by round, so background load hits all of them alike;
+the load average is printed before and after (medians on a busy 2-core machine run
+~1.5-2x the quiet numbers). Targets: < 0.5 ms adapter work per request, < 20 µs per chunk.
 """
 
 from __future__ import annotations
@@ -26,7 +34,7 @@ from typing import Any
 import httpx
 import orjson
 
-from gelbridge.adapters.client import ModelClient, convert_request
+from gelbridge.adapters.client import ModelClient, _skipped_frame, convert_request
 from gelbridge.adapters.contract import (
     LUX_FORMAT,
     CompletionChunkDecoder,
@@ -93,20 +101,33 @@ def median_us(samples: list[float]) -> float:
     return statistics.median(samples) * 1e6
 
 
-def bench_request(adapter: Any, provider: str, n: int) -> float:
-    wire = WIRE[adapter.name]
-    raw = orjson.dumps(wire.render(TURN, ctx())).decode()
-    req = request("m", provider)
-    lux = adapter.format == LUX_FORMAT
-    samples = []
-    for _ in range(n):
-        t0 = time.perf_counter()
-        conv = convert_request(adapter, req, provider=provider, model="m")
-        adapter.transform_request(orjson.dumps(conv.value).decode())
-        out = loads_json(adapter.transform_response(raw), "transform_response")
-        (lux_response_from_adapter if lux else completion_response_to_lux)(out, provider=provider, model="m")
-        samples.append(time.perf_counter() - t0)
-    return median_us(samples)
+def p90_us(samples: list[float]) -> float:
+    xs = sorted(samples)
+    return xs[min(len(xs) - 1, int(len(xs) * 0.9))] * 1e6
+
+
+class RequestBench:
+    """One adapter's per-request samples (both directions, host conversion included)."""
+
+    def __init__(self, adapter: Any, provider: str) -> None:
+        self.adapter = adapter
+        self.provider = provider
+        self.raw = orjson.dumps(WIRE[adapter.name].render(TURN, ctx())).decode()
+        self.req = request("m", provider)
+        self.lux = adapter.format == LUX_FORMAT
+        self.samples: list[float] = []
+
+    def run(self, n: int) -> None:
+        adapter, provider, raw, req = self.adapter, self.provider, self.raw, self.req
+        to_lux = lux_response_from_adapter if self.lux else completion_response_to_lux
+        perf = time.perf_counter
+        for _ in range(n):
+            t0 = perf()
+            conv = convert_request(adapter, req, provider=provider, model="m")
+            adapter.transform_request(orjson.dumps(conv.value).decode())
+            out = loads_json(adapter.transform_response(raw), "transform_response")
+            to_lux(out, provider=provider, model="m")
+            self.samples.append(perf() - t0)
 
 
 def payloads(name: str) -> list[str]:
@@ -120,22 +141,38 @@ def payloads(name: str) -> list[str]:
     return [e.data for e in dec.feed(frames) + dec.close() if e.data and e.data != "[DONE]"]
 
 
-def bench_chunks(adapter: Any, provider: str, rounds: int = 5) -> float:
-    data = payloads(adapter.name)
-    per_chunk = []
-    for _ in range(rounds):
+class ChunkBench:
+    """One adapter's per-chunk samples over whole streams, timed like ``ModelClient._stream``."""
+
+    def __init__(self, adapter: Any, provider: str) -> None:
+        self.adapter = adapter
+        self.provider = provider
+        self.data = payloads(adapter.name)
+        self.samples: list[float] = []
+        self.events = 0
+
+    def run_stream(self) -> None:
+        adapter, provider = self.adapter, self.provider
         acc = StreamAccumulator(provider=provider, model="m")
         dec = (LuxEventDecoder if adapter.format == LUX_FORMAT else CompletionChunkDecoder)(provider=provider,
                                                                                             model="m")
+        feed, decode, perf, samples = acc.feed, dec.decode, time.perf_counter, self.samples
+        diags: list[Any] = []
         with adapter.stream_session() as s:
-            t0 = time.perf_counter()
-            for d in data:
-                out = s.chunk(d)
+            chunk = s.chunk
+            for d in self.data:
+                t0 = perf()
+                out = chunk(d)
                 if out:
-                    for ev in dec.decode(loads_json(out, "chunk")):
-                        acc.feed(ev)
-            per_chunk.append((time.perf_counter() - t0) / len(data))
-    return median_us(per_chunk)
+                    for ev in decode(loads_json(out, "chunk")):
+                        feed(ev)
+                else:
+                    _skipped_frame(d, diags)
+                samples.append(perf() - t0)
+        for ev in dec.finish():
+            feed(ev)
+        acc.result()
+        self.events = dec.events_out
 
 
 async def bench_http(n: int, registry: AdapterRegistry) -> dict[str, float]:
@@ -154,7 +191,7 @@ async def bench_http(n: int, registry: AdapterRegistry) -> dict[str, float]:
                 s.append(time.perf_counter() - t0)
                 inner.append(res.timing.adapter_ms / 1000)
             out["ModelClient.complete"] = median_us(s)
-            out["  of which adapter work"] = median_us(inner)
+            out["ModelClient: of which adapter work"] = median_us(inner)
         async with httpx.AsyncClient() as hc:
             body = prep.body.encode()
             for _ in range(20):
@@ -187,28 +224,53 @@ async def bench_http(n: int, registry: AdapterRegistry) -> dict[str, float]:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--n", type=int, default=300, help="iterations per adapter for (a)")
+    ap.add_argument("--n", type=int, default=300, help="requests per adapter for (a)")
+    ap.add_argument("--rounds", type=int, default=40, help="whole streams per adapter for (b)")
     ap.add_argument("--requests", type=int, default=200, help="HTTP requests per client for (c)")
     args = ap.parse_args()
     registry = AdapterRegistry.load(builtin_adapters_dir(), [TEST_SCRIPTS])
     names = [n for n in registry.names() if n in WIRE]
     from gelbridge.adapters.sandbox import resolve_engine
 
-    print(f"adapters: {', '.join(names)} (Lua engine: {resolve_engine('auto')})")
-    print(f"{'adapter':<24}{'format':<12}{'per request (a)':>18}{'per chunk (b)':>16}")
+    load0 = os.getloadavg()
+    reqs = {n: RequestBench(registry.get(n), n) for n in names}
+    chunks = {n: ChunkBench(registry.get(n), n) for n in names}
+    for b in reqs.values():  # warm-up: JIT traces, pools, caches
+        b.run(20)
+        b.samples.clear()
+    for b in chunks.values():
+        b.run_stream()
+        b.samples.clear()
+    step = max(1, args.n // 10)
+    for done in range(0, args.n, step):
+        for b in reqs.values():
+            b.run(min(step, args.n - done))
+    for _ in range(args.rounds):
+        for b in chunks.values():
+            b.run_stream()
+    load1 = os.getloadavg()
+
+    print(f"Lua engine: {resolve_engine('auto')}; load average {load0[0]:.2f} before, {load1[0]:.2f} after "
+          f"({os.cpu_count()} CPUs)")
+    print(f"(a) {args.n} requests per adapter; (b) {args.rounds} streams per adapter, every chunk one sample")
+    print()
+    print("| adapter | format | request median | request p90 | chunk median | chunk p90 | chunks/stream |")
+    print("|---|---|---:|---:|---:|---:|---:|")
     for name in names:
-        a = registry.get(name)
-        provider = name
-        req_us = bench_request(a, provider, args.n)
-        chunk_us = bench_chunks(a, provider)
+        r, c = reqs[name], chunks[name]
         label = name + (" (ADAPTER.md)" if name == "openai_md" else "")
-        print(f"{label:<24}{a.format:<12}{req_us / 1000:>15.3f} ms{chunk_us:>13.2f} µs")
-    print("targets: < 0.5 ms per request, < 20 µs per chunk")
+        print(f"| {label} | {r.adapter.format} | {median_us(r.samples) / 1000:.3f} ms | {p90_us(r.samples) / 1000:.3f} ms "
+              f"| {median_us(c.samples):.1f} µs | {p90_us(c.samples):.1f} µs | {len(c.data)} |")
+    print()
+    print("targets: < 0.5 ms per request, < 20 µs per chunk (medians)")
     print()
     res = asyncio.run(bench_http(args.requests, registry))
     print("(c) one non-stream request to the local ModelServer (median, loopback):")
+    print()
+    print("| client | median |")
+    print("|---|---:|")
     for k, v in res.items():
-        print(f"  {k:<28}{'not installed' if v != v else f'{v / 1000:8.3f} ms'}")
+        print(f"| {k.strip()} | {'not installed' if v != v else f'{v / 1000:.3f} ms'} |")
 
 
 if __name__ == "__main__":
