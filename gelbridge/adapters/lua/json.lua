@@ -333,6 +333,7 @@ local encode_value
 
 -- '{"key":' and ',"key":' for keys already seen (bounded: keys repeat, values do not).
 local key_first, key_next, key_count, KEY_CACHE_MAX = {}, {}, 0, 2048
+local kstack, ktop = {}, 0
 
 local function encode_table(t, buf, n, depth)
   if depth > MAX_DEPTH then
@@ -373,7 +374,8 @@ local function encode_table(t, buf, n, depth)
     n = n + 1; buf[n] = "]"
     return n
   end
-  local keys, nk, map = {}, 0, nil
+  -- Keys go on one shared stack (no table per object); nested objects push above.
+  local base, nk, map = ktop, 0, nil
   for k in next, t do
     local ks = k
     if type(k) ~= "string" then
@@ -381,25 +383,29 @@ local function encode_table(t, buf, n, depth)
       map = map or {}
       map[ks] = k
     end
-    nk = nk + 1; keys[nk] = ks
-  end
-  if nk <= 12 then -- insertion sort: compiled by LuaJIT, where table.sort is not
-    for i = 2, nk do
-      local v, j = keys[i], i - 1
-      while j > 0 and v < keys[j] do
-        keys[j + 1] = keys[j]; j = j - 1
-      end
-      keys[j + 1] = v
-    end
-  else
-    sort(keys)
+    nk = nk + 1; kstack[base + nk] = ks
   end
   if nk == 0 then
     n = n + 1; buf[n] = "{}"
     return n
   end
+  ktop = base + nk
+  if nk <= 12 then -- insertion sort: compiled by LuaJIT, where table.sort is not
+    for i = base + 2, base + nk do
+      local v, j = kstack[i], i - 1
+      while j > base and v < kstack[j] do
+        kstack[j + 1] = kstack[j]; j = j - 1
+      end
+      kstack[j + 1] = v
+    end
+  else
+    local tmp = {}
+    for i = 1, nk do tmp[i] = kstack[base + i] end
+    sort(tmp)
+    for i = 1, nk do kstack[base + i] = tmp[i] end
+  end
   for i = 1, nk do
-    local ks = keys[i]
+    local ks = kstack[base + i]
     local cache = i == 1 and key_first or key_next
     local kq = cache[ks]
     if not kq then
@@ -414,6 +420,7 @@ local function encode_table(t, buf, n, depth)
     if map and map[ks] ~= nil then k = map[ks] end
     n = encode_value(t[k], buf, n, depth)
   end
+  ktop = base
   n = n + 1; buf[n] = "}"
   return n
 end
@@ -445,6 +452,7 @@ function json.encode(v)
   local tv = type(v)
   if tv == "string" then return enc_string(v) end
   local buf = {}
+  ktop = 0 -- an earlier encode that raised may have left keys on the stack
   local n = encode_value(v, buf, 0, 0)
   return concat(buf, "", 1, n)
 end
