@@ -314,20 +314,26 @@ async def _answer(deps: TurnDeps, job: TurnJob, state: dict[str, Any], timer: _T
     # approval answers (§5): the reply starts with the waiting calls, decided and answered
     parts: list[Part] = []
     parent = thread.parent_reply
+    answers = approval_answers(opened[-1].content.parts)
+    ignored = list(answers)  # unless a waiting call takes them
     if parent is not None:
         parent_parts = opened[-2].content.parts
         waiting = waiting_calls(parent_parts)
         if waiting:
             ttl = settings.tools_settings.approval_ttl
             outcome = resolve_approvals(
-                waiting, approval_answers(opened[-1].content.parts),
+                waiting, answers,
                 answered_at=_dt(message.created_at),
                 asked_at=_dt(parent.record.updated_at) or _dt(parent.record.created_at),
                 now=_now(), ttl=ttl,
             )
+            ignored = [i.answer for i in outcome.ignored if i.why == "not_waiting"]
             approved = [ToolCall(c.call_id, c.tool, c.input, approved=True) for c in outcome.approved]
             results = await _run_tools(deps, job, approved, journal_key)
             parts = repeated_call_parts(outcome, results, parent_parts=parent_parts)
+    if ignored:  # count only: the call ids come from sealed content
+        log.warning("reply %s: ignored %d approval answer(s) for calls not waiting in the parent",
+                    ask.reply_rkey, len(ignored))
 
     call_ids = CallIds(ask.reply_rkey, history_ids | call_ids_in(parts))
     seen_urls: set[str] = set()
