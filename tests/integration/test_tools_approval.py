@@ -1,0 +1,479 @@
+"""Tools and human approval, end to end: the real local PDS, a real stdio MCP server
+(tests/integration/mcp_counting_server.py, which counts executions in a file so "exactly
+once" holds across processes) and the local model server.
+
+Every test also checks the histories the model received: in every request, every tool
+call id of an assistant message has exactly one tool result (PROTOCOL.md §5).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import sys
+import time
+from collections import Counter
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gelbridge.dev.model_server import ModelServer, RecordedRequest, ToolCall, Turn
+from gelbridge.dev.pds import AccountInfo, DevPds
+from gelbridge.records import PlainContent, TextPart, ToolApprovalPart, ToolCallPart, ToolResultPart, new_tid
+from gelbridge.sealing import Keyring
+from gelbridge.state import StateStore
+
+from .conftest import PASSWORD_ENV, App, make_settings, running_worker, text_of
+from .test_worker_recovery import WorkerProc
+
+pytestmark = [pytest.mark.pds, pytest.mark.timeout(300)]
+
+SERVER = str(Path(__file__).with_name("mcp_counting_server.py"))
+TOOLS = ["mcp_j_lookup", "mcp_j_note", "mcp_j_gate"]
+WAIT = 90.0  # generous bound for a reply on a loaded machine
+
+
+# --- helpers ---------------------------------------------------------------------------------
+
+
+def mcp_servers(count_file: Path, gate_file: Path) -> dict[str, Any]:
+    return {"servers": {"j": {
+        "command": [sys.executable, SERVER],
+        "env": {"COUNT_FILE": str(count_file), "GATE_FILE": str(gate_file)},
+        "approval": "always",
+        "startup_timeout": 60,
+        "tools": {"lookup": {"approval": "never"}},
+    }}}
+
+
+def executions(count_file: Path) -> list[list[str]]:
+    """One ``[tool, text, token]`` per execution the MCP server performed."""
+    if not count_file.exists():
+        return []
+    return [line.split(" ") for line in count_file.read_text().splitlines() if line]
+
+
+def assert_one_result_per_call(requests: Sequence[RecordedRequest]) -> int:
+    """In every chat request: each tool call id appears in exactly one assistant message,
+    has exactly one tool result, and that result comes after the call. Returns how many
+    requests were checked."""
+    checked = 0
+    for n, req in enumerate(requests):
+        body = req.body
+        if not isinstance(body, dict) or "messages" not in body:
+            continue
+        seen_calls: list[str] = []
+        results: list[str] = []
+        for m in body["messages"]:
+            if m.get("role") == "assistant":
+                seen_calls += [tc["id"] for tc in m.get("tool_calls") or []]
+            elif m.get("role") == "tool":
+                assert m["tool_call_id"] in seen_calls, f"request {n}: result before/without its call {m['tool_call_id']}"
+                results.append(m["tool_call_id"])
+        assert len(seen_calls) == len(set(seen_calls)), f"request {n}: a call is repeated: {seen_calls}"
+        assert Counter(results) == Counter(seen_calls), f"request {n}: calls {seen_calls} results {results}"
+        checked += 1
+    return checked
+
+
+def pairs(content: PlainContent | None) -> list[tuple[ToolCallPart, ToolResultPart]]:
+    """Each tool call part with the result part right after it (asserting the layout)."""
+    assert content is not None
+    out = []
+    ps = content.parts
+    for i, p in enumerate(ps):
+        if isinstance(p, ToolCallPart):
+            nxt = ps[i + 1] if i + 1 < len(ps) else None
+            assert isinstance(nxt, ToolResultPart) and nxt.call_id == p.call_id, f"call {p.call_id} has no result after it"
+            out.append((p, nxt))
+    assert len([p for p in ps if isinstance(p, ToolResultPart)]) == len(out)
+    return out
+
+
+def token_of(output: str) -> str:
+    return output.rsplit("#", 1)[1]
+
+
+async def wait_until(check: Any, timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if check():
+            return
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+
+
+# --- in-process worker: (1) auto-run, (2) approve, (3) deny + silence, (4) not waiting ---------
+
+
+@pytest.fixture
+def counting(tmp_path: Path) -> tuple[Path, Path]:
+    return tmp_path / "executions.log", tmp_path / "gate"
+
+
+def tool_settings(dev_pds: DevPds, account: AccountInfo, tmp_path: Path, model_url: str,
+                  count_file: Path, gate_file: Path) -> Any:
+    return make_settings(
+        dev_pds.pds_url, account, tmp_path / "state", model_url,
+        defaults={"model": {"provider": "local", "id": "echo-1"}, "tools": TOOLS},
+        tools={"call_timeout": 60},
+        mcp=mcp_servers(count_file, gate_file),
+    )
+
+
+async def test_mcp_tools_auto_run_in_parallel_and_in_a_loop_each_exactly_once(
+    dev_pds: DevPds, pds_account: AccountInfo, keyring: tuple[Keyring, str], app: App,
+    model_server: ModelServer, tmp_path: Path, counting: tuple[Path, Path],
+) -> None:
+    count_file, gate_file = counting
+    settings = tool_settings(dev_pds, pds_account, tmp_path, model_server.url, count_file, gate_file)
+    model_server.enqueue(
+        Turn(tool_calls=[ToolCall("mcp_j_lookup", {"text": "a"}, id="l1"),
+                         ToolCall("mcp_j_lookup", {"text": "b"}, id="l2")]),
+        Turn(tool_calls=[ToolCall("mcp_j_lookup", {"text": "c"}, id="l3")]),
+        Turn(text="Found it."),
+    )
+    async with running_worker(settings, pds_account, keyring[0]) as worker:
+        k = await app.send("look up a, b, then c", conversation=new_tid())
+        rec, content = await app.wait_status(f"{k}.r0", "complete", timeout=WAIT)
+        await worker.wait_idle(10)
+    got = pairs(content)
+    assert [c.call_id for c, _ in got] == ["l1", "l2", "l3"]
+    assert all(c.approval is None and not r.is_error for c, r in got)
+    assert [r.output.split(" #")[0] for _, r in got] == ["looked up a", "looked up b", "looked up c"]
+    assert text_of(content) == "Found it." and rec.finish_reason == "stop"
+    ran = executions(count_file)
+    assert sorted((t, x) for t, x, _ in ran) == [("lookup", "a"), ("lookup", "b"), ("lookup", "c")]
+    assert {tok for _, _, tok in ran} == {token_of(r.output) for _, r in got}  # each result is its run
+    assert len(model_server.requests) == 3
+    assert assert_one_result_per_call(model_server.requests) == 3
+    last = model_server.requests[-1].body["messages"]
+    assert [m["tool_call_id"] for m in last if m.get("role") == "tool"] == ["l1", "l2", "l3"]
+
+
+async def test_one_answer_approves_denies_and_leaves_a_call_unanswered(
+    dev_pds: DevPds, pds_account: AccountInfo, keyring: tuple[Keyring, str], app: App,
+    model_server: ModelServer, tmp_path: Path, counting: tuple[Path, Path],
+) -> None:
+    count_file, gate_file = counting
+    settings = tool_settings(dev_pds, pds_account, tmp_path, model_server.url, count_file, gate_file)
+    conv = new_tid()
+    async with running_worker(settings, pds_account, keyring[0]) as worker:
+        model_server.enqueue(Turn(text="Let me.", tool_calls=[
+            ToolCall("mcp_j_lookup", {"text": "x"}, id="l1"),
+            ToolCall("mcp_j_note", {"text": "a"}, id="n1"),
+            ToolCall("mcp_j_note", {"text": "b"}, id="n2"),
+            ToolCall("mcp_j_note", {"text": "c"}, id="n3"),
+        ]))
+        k1 = await app.send("do it all", conversation=conv)
+        r1, c1 = await app.wait_status(f"{k1}.r0", "awaitingApproval", timeout=WAIT)
+        assert c1 is not None
+        assert [(type(p).__name__, getattr(p, "call_id", None), getattr(p, "approval", None)) for p in c1.parts] == [
+            ("TextPart", None, None), ("ToolCallPart", "l1", None), ("ToolResultPart", "l1", None),
+            ("ToolCallPart", "n1", "pending"), ("ToolCallPart", "n2", "pending"), ("ToolCallPart", "n3", "pending"),
+        ]
+        assert [t for t, _, _ in executions(count_file)] == ["lookup"]  # only the auto-run call ran
+
+        model_server.enqueue(Turn(text="Done."))
+        k2 = await app.send(None, conversation=conv, parent=f"{k1}.r0", parts=[
+            TextPart(text="a yes, b no, c: no answer"),
+            ToolApprovalPart(call_id="n1", approved=True),
+            ToolApprovalPart(call_id="n2", approved=False, reason="not b"),
+        ])
+        r2, c2 = await app.wait_status(f"{k2}.r0", "complete", timeout=WAIT)
+        await worker.wait_idle(10)
+        for cid in ("n2", "n3"):
+            assert worker.store.get_tool_call(cid) is None  # denied calls never reach the journal
+        assert worker.store.get_tool_call("n1").finished
+
+    got = pairs(c2)
+    assert [(c.call_id, c.approval) for c, _ in got] == [("n1", "approved"), ("n2", "denied"), ("n3", "denied")]
+    (_, res1), (_, res2), (_, res3) = got
+    assert not res1.is_error and res1.output.startswith("noted a #")
+    assert res2.is_error and res2.output == "The user denied this tool call. Reason: not b"
+    assert res3.is_error and res3.output == "The tool call was not run: the user did not approve it."
+    assert text_of(c2) == "Done."
+    ran = executions(count_file)
+    assert [(t, x) for t, x, _ in ran] == [("lookup", "x"), ("note", "a")]  # b and c never ran
+    assert ran[1][2] == token_of(res1.output)
+
+    assert assert_one_result_per_call(model_server.requests) == 2
+    last = model_server.requests[-1].body["messages"]
+    results = {m["tool_call_id"]: m["content"] for m in last if m.get("role") == "tool"}
+    assert list(results) == ["l1", "n1", "n2", "n3"]  # the repeated calls replace the waiting copies
+    assert "noted a" in json.dumps(results["n1"]) and "not b" in json.dumps(results["n2"])
+    assert "did not approve" in json.dumps(results["n3"])
+
+
+async def test_approvals_for_calls_that_are_not_waiting_are_ignored_logged_and_never_run(
+    dev_pds: DevPds, pds_account: AccountInfo, keyring: tuple[Keyring, str], app: App,
+    model_server: ModelServer, tmp_path: Path, counting: tuple[Path, Path],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.INFO, logger="gelbridge.worker.turn")
+    count_file, gate_file = counting
+    settings = tool_settings(dev_pds, pds_account, tmp_path, model_server.url, count_file, gate_file)
+    conv = new_tid()
+
+    def ignored_logged(reply: str, n: int) -> bool:
+        return any(f"reply {reply}: ignored {n} approval answer(s)" in r.getMessage() for r in caplog.records)
+
+    async with running_worker(settings, pds_account, keyring[0]) as worker:
+        model_server.enqueue(Turn(tool_calls=[ToolCall("mcp_j_note", {"text": "one"}, id="n1")]))
+        k1 = await app.send("note one", conversation=conv)
+        await app.wait_status(f"{k1}.r0", "awaitingApproval", timeout=WAIT)
+
+        # approving the waiting call plus one that never existed: the stranger is ignored
+        model_server.enqueue(Turn(text="Sent."))
+        k2 = await app.send(None, conversation=conv, parent=f"{k1}.r0", parts=[
+            ToolApprovalPart(call_id="n1", approved=True), ToolApprovalPart(call_id="ghost", approved=True)])
+        _, c2 = await app.wait_status(f"{k2}.r0", "complete", timeout=WAIT)
+        [(call, first)] = pairs(c2)
+        assert call.call_id == "n1" and not first.is_error
+        assert len(executions(count_file)) == 1
+        assert ignored_logged(f"{k2}.r0", 1)
+
+        # approving n1 again under the reply where it already ran (not waiting there): ignored
+        model_server.enqueue(Turn(text="Nothing to approve."))
+        k3 = await app.send(None, conversation=conv, parent=f"{k2}.r0", parts=[
+            ToolApprovalPart(call_id="n1", approved=True), ToolApprovalPart(call_id="ghost", approved=True)])
+        _, c3 = await app.wait_status(f"{k3}.r0", "complete", timeout=WAIT)
+        assert c3 is not None and [type(p).__name__ for p in c3.parts] == ["TextPart"]
+        assert text_of(c3) == "Nothing to approve."
+        assert len(executions(count_file)) == 1
+        assert ignored_logged(f"{k3}.r0", 2)
+
+        # a second answer to the same waiting reply (another branch) approving n1 again:
+        # n1 is waiting there, but it already ran: the journaled result is reused
+        model_server.enqueue(Turn(text="Sent (branch)."))
+        k4 = await app.send(None, conversation=conv, parent=f"{k1}.r0",
+                            parts=[ToolApprovalPart(call_id="n1", approved=True)])
+        _, c4 = await app.wait_status(f"{k4}.r0", "complete", timeout=WAIT)
+        [(call4, again)] = pairs(c4)
+        assert call4.approval == "approved" and again.output == first.output and not again.is_error
+        assert not ignored_logged(f"{k4}.r0", 1)
+        await worker.wait_idle(10)
+
+    assert [(t, x) for t, x, _ in executions(count_file)] == [("note", "one")]
+    assert assert_one_result_per_call(model_server.requests) == 4
+    third = model_server.requests[2].body["messages"]  # the answer to k3: n1 once, with one result
+    assert [m["tool_call_id"] for m in third if m.get("role") == "tool"] == ["n1"]
+    assert "ghost" not in json.dumps([r.body for r in model_server.requests])
+
+
+# --- (5) a worker process killed at the dangerous moments ------------------------------------
+
+
+def write_tools_config(tmp: Path, pds_url: str, account: AccountInfo, model_url: str, keyring: Keyring,
+                       count_file: Path, gate_file: Path) -> Path:
+    keyring.save(tmp / "keyring.json")
+    cfg = tmp / "gelbridge.toml"
+    cfg.write_text(f"""
+[account]
+pds = "{pds_url}"
+identifier = "{account.handle}"
+password_env = "{PASSWORD_ENV}"
+
+[keyring]
+path = "keyring.json"
+
+[state]
+dir = "state"
+
+[defaults]
+model = {{ provider = "local", id = "echo-1" }}
+tools = {json.dumps(TOOLS)}
+
+[providers.local]
+adapter = "openai"
+base_url = "{model_url}/v1"
+max_retries = 0
+
+[replies]
+update_interval = 0.2
+
+[worker]
+shutdown_grace = 2
+
+[tools]
+call_timeout = 150
+
+[mcp.servers.j]
+command = {json.dumps([sys.executable, SERVER])}
+env = {{ COUNT_FILE = {json.dumps(str(count_file))}, GATE_FILE = {json.dumps(str(gate_file))} }}
+approval = "always"
+startup_timeout = 60
+
+[mcp.servers.j.tools.lookup]
+approval = "never"
+""")
+    return cfg
+
+
+@pytest.fixture
+def procs() -> Iterator[list[WorkerProc]]:
+    made: list[WorkerProc] = []
+    yield made
+    for p in made:
+        p.stop()
+
+
+async def start_worker(cfg: Path, account: AccountInfo, log: Path, procs: list[WorkerProc]) -> WorkerProc:
+    w = WorkerProc(cfg, account, log)
+    procs.append(w)
+    await asyncio.to_thread(w.start, 90)
+    return w
+
+
+def journal(state_dir: Path, call_id: str) -> Any:
+    with StateStore.open_dir(state_dir) as store:
+        return store.get_tool_call(call_id)
+
+
+async def ask_for_approval(app: App, model_server: ModelServer, conv: str, tool: str, text: str, call_id: str) -> str:
+    model_server.enqueue(Turn(tool_calls=[ToolCall(tool, {"text": text}, id=call_id)]))
+    k1 = await app.send(f"{tool} {text}", conversation=conv)
+    await app.wait_status(f"{k1}.r0", "awaitingApproval", timeout=WAIT)
+    return k1
+
+
+async def test_killed_after_the_approval_was_claimed_before_the_call_began_runs_it_once_after_restart(
+    dev_pds: DevPds, pds_account: AccountInfo, keyring: tuple[Keyring, str], app: App,
+    model_server: ModelServer, tmp_path: Path, counting: tuple[Path, Path], procs: list[WorkerProc],
+) -> None:
+    count_file, gate_file = counting
+    cfg = write_tools_config(tmp_path, dev_pds.pds_url, pds_account, model_server.url, keyring[0], count_file, gate_file)
+    state = tmp_path / "state"
+    w1 = await start_worker(cfg, pds_account, tmp_path / "w1.log", procs)
+    conv = new_tid()
+    k1 = await ask_for_approval(app, model_server, conv, "mcp_j_note", "once", "n1")
+
+    # a slow turn of the same conversation runs first, so the approval's reply is claimed
+    # (durably, `pending`) and waits behind it: the kill lands after the approval was
+    # taken on and before the tool began
+    model_server.enqueue(Turn(text="slow " * 600, chunk_size=5, chunk_delay=0.1))  # ~60 s
+    x = await app.send("something slow", conversation=conv)
+    await app.wait_status(f"{x}.r0", "streaming", timeout=WAIT, interval=0.05)
+    k2 = await app.send(None, conversation=conv, parent=f"{k1}.r0",
+                        parts=[ToolApprovalPart(call_id="n1", approved=True)])
+    await app.wait_status(f"{k2}.r0", "pending", timeout=WAIT, interval=0.05)
+    w1.kill()
+    assert executions(count_file) == [] and journal(state, "n1") is None
+    rec, _ = await app.wait_status(f"{k2}.r0", "pending", timeout=5)
+
+    w2 = await start_worker(cfg, pds_account, tmp_path / "w2.log", procs)  # echo model from here on
+    _, c2 = await app.wait_status(f"{k2}.r0", "complete", timeout=WAIT)
+    await app.wait_status(f"{x}.r0", "complete", timeout=WAIT)
+    [(call, result)] = pairs(c2)
+    assert call.call_id == "n1" and call.approval == "approved"
+    assert not result.is_error and result.output.startswith("noted once #")
+    assert w2.terminate() == 0
+    ran = executions(count_file)
+    assert [(t, x_) for t, x_, _ in ran] == [("note", "once")] and ran[0][2] == token_of(result.output)
+    entry = journal(state, "n1")
+    assert entry is not None and entry.finished and not entry.is_error
+    assert await app.replies_of(k2) == [f"{k2}.r0"]
+    assert assert_one_result_per_call(model_server.requests) >= 4
+
+
+async def test_killed_while_the_approved_call_runs_it_is_not_run_again_but_answered_interrupted(
+    dev_pds: DevPds, pds_account: AccountInfo, keyring: tuple[Keyring, str], app: App,
+    model_server: ModelServer, tmp_path: Path, counting: tuple[Path, Path], procs: list[WorkerProc],
+) -> None:
+    count_file, gate_file = counting
+    cfg = write_tools_config(tmp_path, dev_pds.pds_url, pds_account, model_server.url, keyring[0], count_file, gate_file)
+    state = tmp_path / "state"
+    w1 = await start_worker(cfg, pds_account, tmp_path / "w1.log", procs)
+    conv = new_tid()
+    k1 = await ask_for_approval(app, model_server, conv, "mcp_j_gate", "g", "g1")
+
+    k2 = await app.send(None, conversation=conv, parent=f"{k1}.r0",
+                        parts=[ToolApprovalPart(call_id="g1", approved=True)])
+    await wait_until(lambda: len(executions(count_file)) == 1, WAIT, "the gate tool to start")
+    entry = journal(state, "g1")
+    assert entry is not None and not entry.finished  # begun, not finished: the tool blocks
+    w1.kill()
+    with StateStore.open_dir(state) as store:
+        assert [e.call_id for e in store.unfinished_tool_calls(app.did)] == ["g1"]
+    rec, _ = await app.wait_status(f"{k2}.r0", {"pending", "streaming"}, timeout=5)
+    gate_file.touch()  # were the call run again, it would now finish and be counted
+
+    w2 = await start_worker(cfg, pds_account, tmp_path / "w2.log", procs)
+    _, c2 = await app.wait_status(f"{k2}.r0", "complete", timeout=WAIT)
+    [(call, result)] = pairs(c2)
+    assert call.call_id == "g1" and call.approval == "approved"
+    assert result.is_error and "interrupted" in result.output and "not repeated" in result.output
+    assert w2.terminate() == 0
+    assert [(t, x) for t, x, _ in executions(count_file)] == [("gate", "g")]  # at most once
+    entry = journal(state, "g1")
+    assert entry is not None and entry.finished and entry.is_error
+    assert await app.replies_of(k2) == [f"{k2}.r0"]
+    last = model_server.requests[-1].body["messages"]
+    assert [m["tool_call_id"] for m in last if m.get("role") == "tool"] == ["g1"]
+    assert "interrupted" in json.dumps(last[-1])
+    assert assert_one_result_per_call(model_server.requests) >= 2
+
+
+async def test_killed_after_the_approved_call_ran_before_the_reply_was_written_reuses_the_result(
+    dev_pds: DevPds, pds_account: AccountInfo, keyring: tuple[Keyring, str], app: App,
+    model_server: ModelServer, tmp_path: Path, counting: tuple[Path, Path], procs: list[WorkerProc],
+) -> None:
+    count_file, gate_file = counting
+    cfg = write_tools_config(tmp_path, dev_pds.pds_url, pds_account, model_server.url, keyring[0], count_file, gate_file)
+    state = tmp_path / "state"
+    w1 = await start_worker(cfg, pds_account, tmp_path / "w1.log", procs)
+    conv = new_tid()
+    k1 = await ask_for_approval(app, model_server, conv, "mcp_j_note", "exactly-once", "n1")
+
+    model_server.enqueue(Turn(text="after " * 600, chunk_size=5, chunk_delay=0.1))  # ~70 s after the tool
+    k2 = await app.send(None, conversation=conv, parent=f"{k1}.r0",
+                        parts=[ToolApprovalPart(call_id="n1", approved=True)])
+    _, streamed = await app.wait_status(f"{k2}.r0", "streaming", timeout=WAIT, interval=0.05)
+    entry = journal(state, "n1")
+    assert entry is not None and entry.finished and not entry.is_error  # ran, result journaled
+    w1.kill()
+    [(_, before)] = pairs(PlainContent(parts=[p for p in streamed.parts if not isinstance(p, TextPart)]))
+    assert before.output.startswith("noted exactly-once #")
+    await app.wait_status(f"{k2}.r0", "streaming", timeout=5)  # the final write never happened
+
+    w2 = await start_worker(cfg, pds_account, tmp_path / "w2.log", procs)
+    _, c2 = await app.wait_status(f"{k2}.r0", "complete", timeout=WAIT)
+    [(call, result)] = pairs(c2)
+    assert call.approval == "approved" and result.output == before.output and not result.is_error
+    assert not text_of(c2).startswith("after")  # rewritten from scratch by the echo model
+    assert w2.terminate() == 0
+    ran = executions(count_file)
+    assert [(t, x) for t, x, _ in ran] == [("note", "exactly-once")] and ran[0][2] == token_of(result.output)
+    assert await app.replies_of(k2) == [f"{k2}.r0"]
+    assert assert_one_result_per_call(model_server.requests) >= 3
+
+
+async def test_killed_after_an_auto_run_call_ran_a_repeated_call_id_reuses_the_result(
+    dev_pds: DevPds, pds_account: AccountInfo, keyring: tuple[Keyring, str], app: App,
+    model_server: ModelServer, tmp_path: Path, counting: tuple[Path, Path], procs: list[WorkerProc],
+) -> None:
+    count_file, gate_file = counting
+    cfg = write_tools_config(tmp_path, dev_pds.pds_url, pds_account, model_server.url, keyring[0], count_file, gate_file)
+    state = tmp_path / "state"
+    w1 = await start_worker(cfg, pds_account, tmp_path / "w1.log", procs)
+    lookup = ToolCall("mcp_j_lookup", {"text": "q"}, id="l1")
+    model_server.enqueue(Turn(tool_calls=[lookup]), Turn(text="found " * 600, chunk_size=5, chunk_delay=0.1))
+    k = await app.send("look up q", conversation=new_tid())
+    await wait_until(lambda: (e := journal(state, "l1")) is not None and e.finished, WAIT, "the lookup to finish")
+    await app.wait_status(f"{k}.r0", "streaming", timeout=WAIT, interval=0.05)
+    w1.kill()
+    assert len(executions(count_file)) == 1
+
+    # the restart asks the model again from scratch; it repeats the call with the same id
+    model_server.enqueue(Turn(tool_calls=[lookup]), Turn(text="Found q."))
+    w2 = await start_worker(cfg, pds_account, tmp_path / "w2.log", procs)
+    _, c = await app.wait_status(f"{k}.r0", "complete", timeout=WAIT)
+    [(call, result)] = pairs(c)
+    assert call.call_id == "l1" and not result.is_error and text_of(c) == "Found q."
+    assert w2.terminate() == 0
+    ran = executions(count_file)
+    assert [(t, x) for t, x, _ in ran] == [("lookup", "q")] and ran[0][2] == token_of(result.output)
+    assert assert_one_result_per_call(model_server.requests) == 4
