@@ -2,7 +2,7 @@
 
 One ``AdapterRegistry`` and one ``ProviderTransport`` per provider, created once and
 reused for every call (connection pooling; scripts are loaded once). Lua calls are
-synchronous CPU work of a few µs per chunk, so they run inline on the event loop;
+synchronous CPU work of about 10 µs per chunk, so they run inline on the event loop;
 only very large bodies (≥ ``THREAD_THRESHOLD_BYTES``) go to a worker thread, where
 the hop (~50–100 µs) is cheaper than blocking the loop.
 
