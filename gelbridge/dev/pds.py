@@ -34,7 +34,15 @@ import httpx
 
 from gelbridge.errors import GelbridgeError
 
-SCRIPTS_DIR = Path(os.environ.get("GELBRIDGE_PDS_SCRIPTS", Path(__file__).resolve().parents[2] / "scripts" / "pds"))
+def _default_scripts_dir() -> Path:
+    """``scripts/pds`` of a checkout, or the copy shipped inside the wheel."""
+    repo = Path(__file__).resolve().parents[2] / "scripts" / "pds"
+    if repo.is_dir():
+        return repo
+    return Path(__file__).resolve().parents[1] / "_builtin" / "pds"
+
+
+SCRIPTS_DIR = Path(os.environ.get("GELBRIDGE_PDS_SCRIPTS") or _default_scripts_dir())
 
 
 class DevPdsError(GelbridgeError):
