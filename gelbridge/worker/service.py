@@ -363,11 +363,14 @@ class Worker:
             cid, value = fresh
         writer.adopt(cid, value)
         log.info("%s unfinished reply %s", "resuming" if decision == "resume" else "taking over stale", rk)
-        self._submit(ask, writer, received, resumed=True)
+        self._submit(ask, writer, received, resumed=True, resume_from=(cid, value),
+                     takeover=decision == "takeover")
         return "resumed"
 
-    def _submit(self, ask: Ask, writer: ReplyWriter, received: float, *, resumed: bool = False) -> None:
-        self.scheduler.submit(TurnJob(ask=ask, writer=writer, received_at=received, resumed=resumed))
+    def _submit(self, ask: Ask, writer: ReplyWriter, received: float, *, resumed: bool = False,
+                resume_from: Entry | None = None, takeover: bool = False) -> None:
+        self.scheduler.submit(TurnJob(ask=ask, writer=writer, received_at=received, resumed=resumed,
+                                      resume_from=resume_from, takeover=takeover))
 
     async def _run_turn(self, job: TurnJob) -> TurnReport:
         report = await run_turn(self.deps, job)

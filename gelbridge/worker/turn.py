@@ -56,6 +56,8 @@ from gelbridge.records.models import (
     PlainContent,
     ReplyError,
     SettingsRecord,
+    SourcePart,
+    ToolCallPart,
     ToolResultPart,
     Usage,
 )
@@ -63,8 +65,10 @@ from gelbridge.sealing import content_of, open_blob, seal_blob
 from gelbridge.state import TurnTiming
 from gelbridge.thread import previous_reply_rkey
 from gelbridge.tools import ToolCall, execute_journaled, needs_approval, resolve_approvals
+from gelbridge.tools.journal import INTERRUPTED_OUTPUT
 from gelbridge.worker.decide import Ask, error_message
 from gelbridge.worker.repo import RepoView, load_thread
+from gelbridge.worker.resume import DENIED_NOT_RUN, ResumePoint, resume_point
 from gelbridge.worker.writer import ReplyWriter
 
 log = logging.getLogger("gelbridge.worker.turn")
@@ -96,6 +100,8 @@ class TurnJob:
     writer: ReplyWriter
     received_at: float  # time.monotonic() when the event arrived
     resumed: bool = False
+    resume_from: tuple[str | None, dict[str, Any]] | None = None  # the stored unfinished reply (cid, value)
+    takeover: bool = False  # resume_from was left by another worker (its journal is not ours)
     cancel_reason: str | None = None  # "superseded" | "shutdown" when cancelled
     started_at: float | None = None
 
@@ -242,6 +248,53 @@ async def _run_tools(
     return results
 
 
+# --- resuming after a crash ------------------------------------------------------------------------
+
+
+def _stored_resume_point(deps: TurnDeps, job: TurnJob) -> ResumePoint | None:
+    """The resume point of the unfinished reply this turn took over (None: start afresh)."""
+    if not job.resumed or job.resume_from is None or job.ask.key_id not in deps.keyring:
+        return None
+    cid, value = job.resume_from
+    uri = deps.view.uri(job.ask.reply_rkey)
+    try:
+        record = deps.opened.record(uri, cid, value)
+        content = deps.opened.content(uri, cid, record, keyring=deps.keyring)
+    except (GelbridgeError, KeyError, ValueError) as e:
+        log.warning("reply %s: its stored content cannot be read (%s); writing it again from scratch",
+                    job.ask.reply_rkey, type(e).__name__)
+        return None
+    return resume_point(content.parts)
+
+
+def _cut_calls(parts: list[Part]) -> list[Part]:
+    """The parts of a model step still streaming, up to its first tool call: a progress
+    write never names a call before the step is complete (``worker.resume``)."""
+    for i, p in enumerate(parts):
+        if type(p) is ToolCallPart or type(p) is ToolResultPart:
+            return parts[:i]
+    return parts
+
+
+async def _resume_calls(
+    deps: TurnDeps, job: TurnJob, point: ResumePoint, journal_key: str | None
+) -> list[Part]:
+    """Answer the calls of a resumed reply that have no result yet (at most once)."""
+    results: dict[str, ToolResultPart] = {}
+    calls = [ToolCall(c.call_id, c.tool, c.input, approved=(c.approval == "approved")) for c in point.to_run]
+    if job.takeover:
+        # another worker wrote these calls: its journal is not ours, so a call we never
+        # began may have run there; report it interrupted rather than risk a second run
+        unknown = [c for c in calls if deps.store.get_tool_call(c.call_id) is None]
+        for c in unknown:
+            results[c.call_id] = ToolResultPart(call_id=c.call_id, output=INTERRUPTED_OUTPUT, is_error=True)
+        calls = [c for c in calls if c.call_id not in results]
+    results.update(await _run_tools(deps, job, calls, journal_key))
+    for c in point.denied:
+        results[c.call_id] = ToolResultPart(call_id=c.call_id, output=DENIED_NOT_RUN, is_error=True)
+    return with_results(point.parts, results)
+
+
 # --- the turn -------------------------------------------------------------------------------------
 
 
@@ -311,12 +364,24 @@ async def _answer(deps: TurnDeps, job: TurnJob, state: dict[str, Any], timer: _T
     for m in opened:
         history_ids |= call_ids_in(m.content.parts)
 
-    # approval answers (§5): the reply starts with the waiting calls, decided and answered
+    # a reply resumed after a crash that already holds tool calls continues from them
+    point = _stored_resume_point(deps, job)
     parts: list[Part] = []
+    steps_done = 0
+    if point is not None:
+        log.info("reply %s: resuming after %d tool step(s) (%d call(s) without a result)",
+                 ask.reply_rkey, point.steps, len(point.to_run) + len(point.denied))
+        parts = await _resume_calls(deps, job, point, journal_key)
+        steps_done = point.steps
+        state["parts"] = parts
+        if point.pending:
+            return STATUS_AWAITING_APPROVAL
+
+    # approval answers (§5): the reply starts with the waiting calls, decided and answered
     parent = thread.parent_reply
     answers = approval_answers(opened[-1].content.parts)
-    ignored = list(answers)  # unless a waiting call takes them
-    if parent is not None:
+    ignored = list(answers) if point is None else []  # unless a waiting call takes them
+    if parent is not None and point is None:
         parent_parts = opened[-2].content.parts
         waiting = waiting_calls(parent_parts)
         if waiting:
@@ -336,14 +401,14 @@ async def _answer(deps: TurnDeps, job: TurnJob, state: dict[str, Any], timer: _T
                     ask.reply_rkey, len(ignored))
 
     call_ids = CallIds(ask.reply_rkey, history_ids | call_ids_in(parts))
-    seen_urls: set[str] = set()
+    seen_urls: set[str] = {p.url for p in parts if type(p) is SourcePart}
     d = settings.defaults
     options = Options(stream=True, max_output_tokens=d.max_output_tokens, temperature=d.temperature)
     max_steps = max(1, settings.tools_settings.max_steps)
     tool_specs = [t.spec() for t in tools]
     usage_total: list[Usage] = []
 
-    for step in range(max_steps + 1):
+    for step in range(min(steps_done, max_steps), max_steps + 1):
         state["steps"] = step + 1
         conv = build_request(
             opened, provider=provider, model=model_id, choice=choice, instructions=d.instructions,
@@ -360,7 +425,7 @@ async def _answer(deps: TurnDeps, job: TurnJob, state: dict[str, Any], timer: _T
                 call_ids=CallIds(ask.reply_rkey, call_ids.used), sources=sources,
                 seen_urls=set(seen_urls), max_parts=max(0, MAX_PARTS - len(prefix)),
             )
-            return prefix + draft.parts
+            return prefix + _cut_calls(draft.parts)
 
         def on_event(ev: Any, acc: StreamAccumulator = acc) -> None:
             acc.feed(ev)
@@ -387,6 +452,8 @@ async def _answer(deps: TurnDeps, job: TurnJob, state: dict[str, Any], timer: _T
             state["usage"] = _sum_usage(usage_total)
         runnable = [ToolCall(c.call_id, c.tool, c.input) for c in draft.runnable_calls]
         if runnable:
+            if ask.key_id in deps.keyring:  # durable before any call begins (worker.resume)
+                await job.writer.checkpoint(parts)
             results = await _run_tools(deps, job, runnable, journal_key)
             parts = with_results(parts, results)
             state["parts"] = parts

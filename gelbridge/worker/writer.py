@@ -6,6 +6,11 @@
   ``update_interval`` seconds and only when the parts changed (a PDS spends write
   budget on each update: §4.4). Never per token. ``update_interval = 0`` turns progress
   writes off (claim + final write only);
+- **checkpoint**: a ``streaming`` write *now*, whatever the throttle says, before the
+  turn runs the auto-run tool calls of a model step: the stored reply then names every
+  call that may be running, so a restart resumes from it (``worker.resume``) instead of
+  asking the model again (which could run a tool twice). One update per tool step, also
+  with ``update_interval = 0``;
 - **final**: sealed parts, model, effort, usage, finishReason, status, error,
   updatedAt.
 
@@ -120,6 +125,7 @@ class ReplyWriter:
         self.claim_ms = 0.0  # the claim write (before the turn starts)
         self.write_ms = 0.0  # awaited writes inside the turn (settling progress, final)
         self.progress_writes = 0
+        self.checkpoints = 0
         self.lost = False  # someone else changed the record: stop writing
         self._clock = clock
         self._lock = asyncio.Lock()
@@ -206,6 +212,32 @@ class ReplyWriter:
             log.warning("reply %s changed under us; no more writes to it", self.reply_rkey)
         except GelbridgeError as e:  # a failed progress write is not fatal: the final write decides
             log.info("progress write of %s failed (%s)", self.reply_rkey, type(e).__name__)
+
+    async def checkpoint(self, parts: Sequence[Part]) -> None:
+        """A durable ``streaming`` write of ``parts`` now (not throttled), after any
+        progress write in flight (so an older one never lands after it). Raises
+        ClaimConflict if the record was changed by someone else, and the PDS error if
+        the write failed: the caller must not run the tools then."""
+        await self.settle()
+        if self.lost:
+            raise ClaimConflict(f"reply {self.reply_rkey} was changed by someone else; not overwriting it")
+        value = reply_value(
+            conversation=self.conversation, parent=self.message_rkey, content=self.content(parts),
+            status=STATUS_STREAMING, created_at=self.created_at, updated_at=now_datetime(),
+        )
+        t0 = time.perf_counter()
+        try:
+            async with self._lock:
+                await self._put(value, swap=self.cid)
+        except ClaimConflict:
+            self.lost = True
+            raise
+        finally:
+            self.write_ms += (time.perf_counter() - t0) * 1000
+        self.progress_writes += 1
+        self.checkpoints += 1
+        self._last_progress = self._clock()
+        self._last_parts = list(parts)
 
     async def settle(self) -> None:
         """Wait for an in-flight progress write (before the final write)."""

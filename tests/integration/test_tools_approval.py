@@ -451,7 +451,7 @@ async def test_killed_after_the_approved_call_ran_before_the_reply_was_written_r
     assert assert_one_result_per_call(model_server.requests) >= 3
 
 
-async def test_killed_after_an_auto_run_call_ran_a_repeated_call_id_reuses_the_result(
+async def test_killed_after_an_auto_run_call_ran_the_restart_resumes_with_the_journaled_result(
     dev_pds: DevPds, pds_account: AccountInfo, keyring: tuple[Keyring, str], app: App,
     model_server: ModelServer, tmp_path: Path, counting: tuple[Path, Path], procs: list[WorkerProc],
 ) -> None:
@@ -467,8 +467,9 @@ async def test_killed_after_an_auto_run_call_ran_a_repeated_call_id_reuses_the_r
     w1.kill()
     assert len(executions(count_file)) == 1
 
-    # the restart asks the model again from scratch; it repeats the call with the same id
-    model_server.enqueue(Turn(tool_calls=[lookup]), Turn(text="Found q."))
+    # the restart resumes from the call written before it ran (worker.resume): the model
+    # is not asked for it again, only for the next step
+    model_server.enqueue(Turn(text="Found q."))
     w2 = await start_worker(cfg, pds_account, tmp_path / "w2.log", procs)
     _, c = await app.wait_status(f"{k}.r0", "complete", timeout=WAIT)
     [(call, result)] = pairs(c)
@@ -476,4 +477,4 @@ async def test_killed_after_an_auto_run_call_ran_a_repeated_call_id_reuses_the_r
     assert w2.terminate() == 0
     ran = executions(count_file)
     assert [(t, x) for t, x, _ in ran] == [("lookup", "q")] and ran[0][2] == token_of(result.output)
-    assert assert_one_result_per_call(model_server.requests) == 4
+    assert assert_one_result_per_call(model_server.requests) == 3

@@ -1,0 +1,213 @@
+"""An auto-run tool call across a crash of `gelbridge run` (SIGKILL): the restart resumes
+the reply from the tool calls it had written instead of asking the model again, so the
+tool runs at most once even when the model would answer a fresh request with new call
+ids (PROTOCOL.md §5, docs/tools.md "Guarantees").
+
+The model here is a responder on the local model server that behaves like a real one:
+asked without any tool result in the history, it calls the tool with a NEW call id each
+time; once it sees a result, it answers in text. A restart that asked from scratch would
+therefore run the tool a second time, and the counting MCP server would show it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+import threading
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gelbridge.dev.model_server import Delay, ModelServer, RecordedRequest, ToolCall, Turn
+from gelbridge.dev.pds import AccountInfo, DevPds
+from gelbridge.records import ToolCallPart, new_tid
+from gelbridge.sealing import Keyring
+
+from .conftest import PASSWORD_ENV, App, text_of
+from .test_tools_approval import (
+    SERVER,
+    WAIT,
+    assert_one_result_per_call,
+    executions,
+    journal,
+    pairs,
+    start_worker,
+    token_of,
+    wait_until,
+)
+from .test_worker_recovery import WorkerProc
+
+pytestmark = [pytest.mark.pds, pytest.mark.timeout(300)]
+
+
+def write_config(tmp: Path, pds_url: str, account: AccountInfo, model_url: str, keyring: Keyring,
+                 count_file: Path, gate_file: Path, *, update_interval: float) -> Path:
+    """`gelbridge run` with the counting MCP server; lookup and gate run without approval."""
+    keyring.save(tmp / "keyring.json")
+    cfg = tmp / "gelbridge.toml"
+    cfg.write_text(f"""
+[account]
+pds = "{pds_url}"
+identifier = "{account.handle}"
+password_env = "{PASSWORD_ENV}"
+
+[keyring]
+path = "keyring.json"
+
+[state]
+dir = "state"
+
+[defaults]
+model = {{ provider = "local", id = "echo-1" }}
+tools = ["mcp_j_lookup", "mcp_j_gate"]
+
+[providers.local]
+adapter = "openai"
+base_url = "{model_url}/v1"
+max_retries = 0
+
+[replies]
+update_interval = {update_interval}
+
+[worker]
+shutdown_grace = 2
+
+[tools]
+call_timeout = 150
+
+[mcp.servers.j]
+command = {json.dumps([sys.executable, SERVER])}
+env = {{ COUNT_FILE = {json.dumps(str(count_file))}, GATE_FILE = {json.dumps(str(gate_file))} }}
+approval = "always"
+startup_timeout = 60
+
+[mcp.servers.j.tools.lookup]
+approval = "never"
+
+[mcp.servers.j.tools.gate]
+approval = "never"
+""")
+    return cfg
+
+
+class ToolThenText:
+    """A model that calls ``tool`` (a fresh call id per request) until the history holds a
+    tool result, then answers "Done.". ``stall`` makes the answer after a result wait
+    (the model's next step never reaches the reply)."""
+
+    def __init__(self, tool: str, prefix: str) -> None:
+        self.tool, self.prefix = tool, prefix
+        self.fresh = 0
+        self.stall = False
+        self.saw_result = threading.Event()
+        self._lock = threading.Lock()
+
+    def __call__(self, req: RecordedRequest) -> Any:
+        messages = req.body.get("messages", []) if isinstance(req.body, dict) else []
+        if not any(m.get("role") == "tool" for m in messages):
+            with self._lock:
+                self.fresh += 1
+                cid = f"{self.prefix}{self.fresh}"
+            return Turn(tool_calls=[ToolCall(self.tool, {"text": "q"}, id=cid)])
+        self.saw_result.set()
+        if self.stall:
+            return Delay(120, then=Turn(text="too late"))
+        return Turn(text="Done.")
+
+
+def tool_results(req: RecordedRequest) -> list[tuple[str, str]]:
+    return [(m["tool_call_id"], json.dumps(m["content"])) for m in req.body["messages"] if m.get("role") == "tool"]
+
+
+async def stored_parts(app: App, rkey: str) -> list[Any]:
+    got = await app.reply(rkey)
+    assert got is not None and got[1] is not None
+    return list(got[1].parts)
+
+
+@pytest.fixture
+def procs() -> Any:
+    made: list[WorkerProc] = []
+    yield made
+    for p in made:
+        p.stop()
+
+
+async def test_killed_while_an_auto_run_tool_runs_the_restart_answers_it_interrupted_and_never_runs_it_again(
+    dev_pds: DevPds, pds_account: AccountInfo, keyring: tuple[Keyring, str], app: App,
+    model_server: ModelServer, tmp_path: Path, procs: list[WorkerProc],
+) -> None:
+    count_file, gate_file = tmp_path / "executions.log", tmp_path / "gate"
+    model = ToolThenText("mcp_j_gate", "g")
+    model_server.responder = model
+    # update_interval = 0 (no throttled progress writes): the checkpoint before the tool
+    # runs is written anyway
+    cfg = write_config(tmp_path, dev_pds.pds_url, pds_account, model_server.url, keyring[0],
+                       count_file, gate_file, update_interval=0)
+    state = tmp_path / "state"
+    w1 = await start_worker(cfg, pds_account, tmp_path / "w1.log", procs)
+    k = await app.send("open the gate", conversation=new_tid())
+    await wait_until(lambda: len(executions(count_file)) == 1, WAIT, "the gate tool to start")
+    entry = journal(state, "g1")
+    assert entry is not None and not entry.finished  # begun, blocked on the gate file
+    parts = await stored_parts(app, f"{k}.r0")  # the checkpoint: the call, durable before it began
+    assert [(type(p).__name__, getattr(p, "call_id", None)) for p in parts] == [("ToolCallPart", "g1")]
+    w1.kill()
+    gate_file.touch()  # were the call run again it would now finish, and be counted
+
+    w2 = await start_worker(cfg, pds_account, tmp_path / "w2.log", procs)
+    rec, content = await app.wait_status(f"{k}.r0", "complete", timeout=WAIT)
+    assert w2.terminate() == 0
+    [(call, result)] = pairs(content)
+    assert call.call_id == "g1" and call.approval is None
+    assert result.is_error and "interrupted" in result.output and "not repeated" in result.output
+    assert text_of(content) == "Done." and rec.finish_reason == "stop"
+    assert [(t, x) for t, x, _ in executions(count_file)] == [("gate", "q")]  # once, never twice
+    assert model.fresh == 1  # the model was never asked the question again
+    reqs = model_server.requests
+    assert len(reqs) == 2 and assert_one_result_per_call(reqs) == 2
+    [(cid, out)] = tool_results(reqs[1])
+    assert cid == "g1" and "interrupted" in out
+    entry = journal(state, "g1")
+    assert entry is not None and entry.finished and entry.is_error
+    assert await app.replies_of(k) == [f"{k}.r0"]
+    assert "resuming after 1 tool step(s)" in (tmp_path / "w2.log").read_text()
+
+
+async def test_killed_after_an_auto_run_tool_ran_before_the_next_step_was_written_reuses_its_result(
+    dev_pds: DevPds, pds_account: AccountInfo, keyring: tuple[Keyring, str], app: App,
+    model_server: ModelServer, tmp_path: Path, procs: list[WorkerProc],
+) -> None:
+    count_file, gate_file = tmp_path / "executions.log", tmp_path / "gate"
+    model = ToolThenText("mcp_j_lookup", "l")
+    model.stall = True
+    model_server.responder = model
+    cfg = write_config(tmp_path, dev_pds.pds_url, pds_account, model_server.url, keyring[0],
+                       count_file, gate_file, update_interval=0.2)
+    state = tmp_path / "state"
+    w1 = await start_worker(cfg, pds_account, tmp_path / "w1.log", procs)
+    k = await app.send("look up q", conversation=new_tid())
+    await wait_until(lambda: (e := journal(state, "l1")) is not None and e.finished, WAIT, "the lookup to finish")
+    await asyncio.to_thread(model.saw_result.wait, WAIT)  # the next step was asked for, and stalls
+    assert model.saw_result.is_set()
+    parts = await stored_parts(app, f"{k}.r0")
+    assert len(parts) == 1 and isinstance(parts[0], ToolCallPart) and parts[0].call_id == "l1"  # no result yet
+    w1.kill()
+    assert len(executions(count_file)) == 1
+
+    model.stall = False
+    w2 = await start_worker(cfg, pds_account, tmp_path / "w2.log", procs)
+    _, content = await app.wait_status(f"{k}.r0", "complete", timeout=WAIT)
+    assert w2.terminate() == 0
+    [(call, result)] = pairs(content)
+    assert call.call_id == "l1" and not result.is_error and text_of(content) == "Done."
+    ran = executions(count_file)
+    assert [(t, x) for t, x, _ in ran] == [("lookup", "q")]  # the count stays 1
+    assert ran[0][2] == token_of(result.output)  # the journaled result of the one run
+    assert model.fresh == 1
+    reqs = model_server.requests
+    assert len(reqs) == 3 and assert_one_result_per_call(reqs) == 3  # w1: call, stalled step; w2: next step
+    assert tool_results(reqs[2]) == tool_results(reqs[1])  # the same result, reused
+    assert await app.replies_of(k) == [f"{k}.r0"]
