@@ -1,4 +1,5 @@
-"""The worker's view of the account's message records: an LRU of ``rkey -> (cid, value)``.
+"""The worker's view of the account's message records: an LRU of ``rkey -> (cid, value)``
+(and :class:`SideRecords`, the conversation and settings records a turn reads).
 
 Fed by every event the worker sees (firehose, poll, backfill, library calls) and by its
 own writes, so a thread walk usually needs no PDS read at all; a miss is fetched with
@@ -13,19 +14,30 @@ cheaper than a PDS round trip).
 
 from __future__ import annotations
 
+import logging
+import time
 from collections import OrderedDict
+from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
 from atproto_core.car import CAR
 
-from gelbridge.errors import PdsError, PdsUnavailable
+from gelbridge.errors import GelbridgeError, PdsError, PdsUnavailable
 from gelbridge.mapping.cache import OpenedRecordCache
-from gelbridge.records.constants import MESSAGE_COLLECTION
+from gelbridge.records.constants import CONVERSATION_COLLECTION, MESSAGE_COLLECTION, SETTINGS_COLLECTION
 from gelbridge.records.keys import AtUri
-from gelbridge.records.models import MessageRecord
+from gelbridge.records.models import ConversationRecord, MessageRecord, SettingsRecord
 from gelbridge.thread import DEFAULT_MAX_DEPTH, Thread, walk_thread
 
 Entry = tuple[str | None, dict[str, Any]]
+
+log = logging.getLogger("gelbridge.worker.repo")
+
+#: The records besides messages a turn reads, and their models.
+SIDE_RECORD_TYPES: dict[str, type] = {
+    CONVERSATION_COLLECTION: ConversationRecord,
+    SETTINGS_COLLECTION: SettingsRecord,
+}
 
 
 class RecordSource(Protocol):
@@ -93,6 +105,96 @@ class RepoView:
                 return None
             raise PdsUnavailable(f"PDS failed on sync.getRecord {rkey} (HTTP {r.status_code})", status=r.status_code)
         return record_from_car(r.content, MESSAGE_COLLECTION)
+
+
+class SideRecords:
+    """Parsed ``chat.gel.assistant.conversation`` / ``settings`` records of one account,
+    keyed by ``(collection, rkey)``, least recently used out after ``max_items``.
+
+    A turn reads its conversation and the settings record; without this they are two
+    ``getRecord`` calls per turn. Entries are kept up to date by the record events the
+    worker sees (firehose, Jetstream, ``handle_event``): :meth:`event` stores the new
+    value (or "absent" on delete; a create without a value, a tooBig commit, just drops
+    the entry). A missing record is cached as absent too. A fetch that overlaps an event
+    does not store its (maybe older) answer. With a source that does not deliver these
+    events (``poll`` lists messages only) give ``ttl``: entries older than it are fetched
+    again. Malformed records are cached as None (logged once per version).
+    """
+
+    def __init__(
+        self,
+        pds: RecordSource,
+        did: str,
+        *,
+        max_items: int = 1024,
+        ttl: float | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.pds = pds
+        self.did = did
+        self.max_items = max_items
+        self.ttl = ttl
+        self._clock = clock
+        self._items: OrderedDict[tuple[str, str], tuple[Any, float]] = OrderedDict()
+        self._changes = 0  # bumped by every event/clear: a fetch overlapping one is not stored
+        self.fetches = 0
+
+    def _parse(self, collection: str, rkey: str, value: Mapping[str, Any] | None) -> Any:
+        if value is None:
+            return None
+        cls = SIDE_RECORD_TYPES[collection]
+        try:
+            return cls.from_value(value, uri=str(AtUri(self.did, collection, rkey)))
+        except GelbridgeError as e:
+            log.warning("%s/%s is malformed (%s); ignoring it", collection, rkey, e.kind)
+            return None
+
+    def _store(self, key: tuple[str, str], record: Any) -> None:
+        self._items[key] = (record, self._clock())
+        self._items.move_to_end(key)
+        while len(self._items) > self.max_items:
+            self._items.popitem(last=False)
+
+    def event(self, collection: str, rkey: str, value: Mapping[str, Any] | None, *, action: str = "create") -> None:
+        """A record event of this account for ``collection`` (conversation or settings)."""
+        if collection not in SIDE_RECORD_TYPES:
+            return
+        self._changes += 1
+        key = (collection, rkey)
+        if action == "delete":
+            self._store(key, None)
+        elif value is None:
+            self._items.pop(key, None)
+        else:
+            self._store(key, self._parse(collection, rkey, value))
+
+    def clear(self) -> None:
+        """Forget everything (events may have been missed: a firehose gap, a backfill)."""
+        self._changes += 1
+        self._items.clear()
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def cached(self, collection: str, rkey: str) -> tuple[bool, Any]:
+        """``(known, record)`` without reading the PDS (``known`` False: would fetch)."""
+        hit = self._items.get((collection, rkey))
+        return (False, None) if hit is None else (True, hit[0])
+
+    async def get(self, collection: str, rkey: str) -> Any:
+        """The parsed record, or None when it is missing or malformed."""
+        key = (collection, rkey)
+        hit = self._items.get(key)
+        if hit is not None and (self.ttl is None or self._clock() - hit[1] <= self.ttl):
+            self._items.move_to_end(key)
+            return hit[0]
+        before = self._changes
+        self.fetches += 1
+        got = await self.pds.get_record(collection, rkey)
+        record = self._parse(collection, rkey, got[1] if got is not None else None)
+        if self._changes == before:
+            self._store(key, record)
+        return record
 
 
 def record_from_car(data: bytes, collection: str) -> tuple[str, dict[str, Any]] | None:

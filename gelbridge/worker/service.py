@@ -43,7 +43,7 @@ from gelbridge.records.models import ReplyError
 from gelbridge.sealing import Keyring
 from gelbridge.state import FINISHED_STATUSES, Claim, StateStore
 from gelbridge.worker.decide import Ask, ask_of, decide_existing_reply, error_message, peek_ask
-from gelbridge.worker.repo import Entry, RepoView
+from gelbridge.worker.repo import SIDE_RECORD_TYPES, Entry, RepoView, SideRecords
 from gelbridge.worker.scheduler import Scheduler
 from gelbridge.worker.sources import FirehoseSource, PollSource, firehose_cursor_key
 from gelbridge.worker.turn import TurnDeps, TurnJob, TurnReport, run_turn
@@ -140,10 +140,15 @@ class Worker:
             self.model = self._model_client()
             self._owned.add("model")
         self.view = RepoView(self.pds, self.did)
+        # conversation/settings records: kept current by their events; "poll" lists
+        # messages only, so there they are read again after poll_interval
+        self.side = SideRecords(self.pds, self.did,
+                                ttl=s.watch.poll_interval if s.watch.source == "poll" else None)
         self.opened = OpenedRecordCache()
         self.deps = TurnDeps(
             settings=s, pds=self.pds, did=self.did, keyring=self.keyring, store=self.store,
             view=self.view, opened=self.opened, model=self.model, registry=self.registry,
+            side=self.side,
         )
         self.scheduler = Scheduler(self._run_turn, self._cancel_queued, concurrency=s.worker.concurrency)
         self.started = True
@@ -246,11 +251,14 @@ class Worker:
 
         Returns what was decided (for logs and tests): ``ignored``, ``deleted``, ``reply``,
         ``no-generation``, ``bad-record``, ``claimed``, ``resumed``, ``done``, ``foreign``,
-        ``active``.
+        ``active``, ``side-record`` (a conversation or settings record: cached for turns).
         """
         received = received_at if received_at is not None else time.monotonic()
         if not self.started:
             raise RuntimeError("call await worker.start() first")
+        if did == self.did and collection in SIDE_RECORD_TYPES:
+            self.side.event(collection, rkey, record, action=action)
+            return "side-record"
         if did != self.did or collection != MESSAGE_COLLECTION:
             return "ignored"
         if action == "delete":
@@ -389,6 +397,7 @@ class Worker:
     async def backfill(self) -> BackfillReport:
         """List every message; claim what is owed; resume our unfinished replies."""
         rep = BackfillReport()
+        self.side.clear()  # record events may have been missed
         listing: dict[str, Entry] = {}
         try:
             async for r in self.pds.iter_records(MESSAGE_COLLECTION, page_size=100, reverse=True):
@@ -528,6 +537,7 @@ class Worker:
             await asyncio.sleep(0.5)
             if src.reconnects != seen and src.connected.is_set():
                 seen = src.reconnects
+                self.side.clear()  # events may have been missed while disconnected
                 self._sweep_wake.set()
 
     async def wait_idle(self, timeout: float | None = None) -> bool:

@@ -67,7 +67,7 @@ from gelbridge.thread import previous_reply_rkey
 from gelbridge.tools import ToolCall, execute_journaled, needs_approval, resolve_approvals
 from gelbridge.tools.journal import INTERRUPTED_OUTPUT
 from gelbridge.worker.decide import Ask, error_message
-from gelbridge.worker.repo import RepoView, load_thread
+from gelbridge.worker.repo import RepoView, SideRecords, load_thread
 from gelbridge.worker.resume import DENIED_NOT_RUN, ResumePoint, resume_point
 from gelbridge.worker.writer import ReplyWriter
 
@@ -89,6 +89,7 @@ class TurnDeps:
     opened: OpenedRecordCache
     model: Any  # gelbridge.adapters.client.ModelClient
     registry: Any = None  # gelbridge.tools.ToolRegistry | None
+    side: SideRecords | None = None  # conversation/settings records, kept current by events
     blob_cache: OrderedDict[str, bytes] = field(default_factory=OrderedDict)
 
 
@@ -141,7 +142,10 @@ def _dt(s: str | None) -> datetime | None:
 
 
 async def _get_side_record(deps: TurnDeps, collection: str, rkey: str, cls: type) -> Any:
-    """A conversation/settings record, or None if missing or malformed (logged)."""
+    """A conversation/settings record, or None if missing or malformed (logged); from the
+    worker's event-fed cache when it has one (no PDS read per turn)."""
+    if deps.side is not None:
+        return await deps.side.get(collection, rkey)
     try:
         got = await deps.pds.get_record(collection, rkey)
     except GelbridgeError:

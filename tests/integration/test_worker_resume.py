@@ -1,4 +1,6 @@
-"""An auto-run tool call across a crash of `gelbridge run` (SIGKILL): the restart resumes
+"""What a restarted or repeated turn reuses instead of asking again.
+
+1. An auto-run tool call across a crash of `gelbridge run` (SIGKILL): the restart resumes
 the reply from the tool calls it had written instead of asking the model again, so the
 tool runs at most once even when the model would answer a fresh request with new call
 ids (PROTOCOL.md §5, docs/tools.md "Guarantees").
@@ -7,6 +9,9 @@ The model here is a responder on the local model server that behaves like a real
 asked without any tool result in the history, it calls the tool with a NEW call id each
 time; once it sees a result, it answers in text. A restart that asked from scratch would
 therefore run the tool a second time, and the counting MCP server would show it.
+
+2. Conversation and settings records: read from the PDS once, then kept current by
+their record events (no getRecord per turn), and an updated record is used at once.
 """
 
 from __future__ import annotations
@@ -22,10 +27,20 @@ import pytest
 
 from gelbridge.dev.model_server import Delay, ModelServer, RecordedRequest, ToolCall, Turn
 from gelbridge.dev.pds import AccountInfo, DevPds
-from gelbridge.records import ToolCallPart, new_tid
-from gelbridge.sealing import Keyring
+from gelbridge.records import (
+    CONVERSATION_COLLECTION,
+    SETTINGS_COLLECTION,
+    SETTINGS_RKEY,
+    AtUri,
+    PlainContent,
+    TextPart,
+    ToolCallPart,
+    new_tid,
+    now_datetime,
+)
+from gelbridge.sealing import Keyring, seal_content
 
-from .conftest import PASSWORD_ENV, App, text_of
+from .conftest import PASSWORD_ENV, App, make_settings, running_worker, text_of
 from .test_tools_approval import (
     SERVER,
     WAIT,
@@ -211,3 +226,71 @@ async def test_killed_after_an_auto_run_tool_ran_before_the_next_step_was_writte
     assert len(reqs) == 3 and assert_one_result_per_call(reqs) == 3  # w1: call, stalled step; w2: next step
     assert tool_results(reqs[2]) == tool_results(reqs[1])  # the same result, reused
     assert await app.replies_of(k) == [f"{k}.r0"]
+
+
+# --- 2. conversation and settings records are not read per turn --------------------------------
+
+
+async def put_conversation(app: App, conv: str, instructions: str) -> None:
+    sealed = seal_content(PlainContent(parts=[TextPart(text=instructions)]),
+                          uri=AtUri(app.did, CONVERSATION_COLLECTION, conv), key_id=app.key_id, keyring=app.keyring)
+    await app.pds.put_record(CONVERSATION_COLLECTION, conv, {
+        "$type": CONVERSATION_COLLECTION, "createdAt": now_datetime(), "instructions": sealed.to_value()})
+
+
+def system_prompt(req: RecordedRequest) -> str:
+    return json.dumps([m for m in req.body["messages"] if m.get("role") in ("system", "developer")])
+
+
+async def test_conversation_and_settings_are_read_once_then_kept_current_by_their_events(
+    dev_pds: DevPds, pds_account: AccountInfo, keyring: tuple[Keyring, str], app: App,
+    model_server: ModelServer, tmp_path: Path,
+) -> None:
+    settings = make_settings(dev_pds.pds_url, pds_account, tmp_path / "state", model_server.url)
+    conv = new_tid()
+    await put_conversation(app, conv, "Answer like a pirate.")  # before the worker runs: no event for it
+    gets: list[tuple[str, str]] = []
+    async with running_worker(settings, pds_account, keyring[0]) as worker:
+        real_get = worker.pds.get_record
+
+        async def counting_get(collection: str, rkey: str, **kw: Any) -> Any:
+            gets.append((collection, rkey))
+            return await real_get(collection, rkey, **kw)
+
+        worker.pds.get_record = counting_get  # type: ignore[method-assign]
+
+        def side_reads() -> list[tuple[str, str]]:
+            return [g for g in gets if g[0] in (CONVERSATION_COLLECTION, SETTINGS_COLLECTION)]
+
+        k1 = await app.send("one", conversation=conv)
+        await app.wait_status(f"{k1}.r0", "complete", timeout=WAIT)
+        assert sorted(side_reads()) == [(CONVERSATION_COLLECTION, conv), (SETTINGS_COLLECTION, SETTINGS_RKEY)]
+        assert "pirate" in system_prompt(model_server.requests[-1])
+
+        k2 = await app.send("two", conversation=conv, parent=f"{k1}.r0")
+        await app.wait_status(f"{k2}.r0", "complete", timeout=WAIT)
+        assert len(side_reads()) == 2  # the second turn read neither record
+        assert "pirate" in system_prompt(model_server.requests[-1])
+
+        # new instructions: the record event updates the cache; the next turn uses them
+        before = worker.side.cached(CONVERSATION_COLLECTION, conv)[1]
+        await put_conversation(app, conv, "Answer like a poet.")
+        await wait_until(lambda: worker.side.cached(CONVERSATION_COLLECTION, conv)[1] is not before, WAIT,
+                         "the conversation update to reach the worker")
+        k3 = await app.send("three", conversation=conv, parent=f"{k2}.r0")
+        await app.wait_status(f"{k3}.r0", "complete", timeout=WAIT)
+        prompt = system_prompt(model_server.requests[-1])
+        assert "poet" in prompt and "pirate" not in prompt
+        assert len(side_reads()) == 2  # still no read: the event carried the record
+
+        # a settings record written now (no read either: its create event is enough)
+        await app.pds.put_record(SETTINGS_COLLECTION, SETTINGS_RKEY, {
+            "$type": SETTINGS_COLLECTION, "model": {"provider": "local", "id": "echo-2"}})
+        await wait_until(lambda: worker.side.cached(SETTINGS_COLLECTION, SETTINGS_RKEY)[1] is not None, WAIT,
+                         "the settings record to reach the worker")
+        conv4 = new_tid()
+        k4 = await app.send("four", conversation=conv4)
+        await app.wait_status(f"{k4}.r0", "complete", timeout=WAIT)
+        assert model_server.requests[-1].body["model"] == "echo-2"
+        assert side_reads()[2:] == [(CONVERSATION_COLLECTION, conv4)]  # a new conversation: read once
+        await worker.wait_idle(10)
