@@ -8,8 +8,17 @@ Globals a script sees: the Lua base library without loaders (no ``load``,
 (without ``dump``; ``find``/``match``/``gmatch``/``gsub``/``rep`` guarded),
 ``table``, ``math``, ``utf8`` (Lua 5.4), ``bit`` (LuaJIT), ``coroutine``,
 ``os.time``/``os.clock``/``os.date`` only, ``collectgarbage("count")`` only,
-``print`` (→ debug log), and the host globals ``json``, ``log``, ``http_get``,
-``http_post``. No ``io``, ``debug``, ``jit``, ``python``, ``getfenv``/``setfenv``.
+``print`` (→ debug log), ``rawset`` (refuses host tables), and the host globals
+``json``, ``luxkit``, ``log``, ``http_get``, ``http_post``. No ``io``, ``debug``, ``jit``,
+``python``, ``getfenv``/``setfenv``.
+
+``luxkit`` (``lua/luxkit.lua``) is the helper library the built-in adapters are made
+of (Lux responses and errors, stream output, tool definitions and arguments, the
+OpenAI Chat family as ``luxkit.openai_family(flavor)``); any script may use it. Host code,
+versioned with gelbridge, one copy per runtime, read-only (a frozen proxy: writes,
+``rawset``, ``setmetatable`` and LuaJIT's raw ``table.insert``/``table.move`` raise).
+It runs under the script's limits: guarded string patterns, JIT off (instruction
+hook fires). Documented in ``docs/adapters.md``.
 
 JSON rules (``lua/json.lua``):
 

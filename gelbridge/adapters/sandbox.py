@@ -1,7 +1,8 @@
 """One sandboxed Lua runtime that runs one adapter script.
 
 The Lua side lives in ``lua/sandbox.lua`` (limits, wrappers, removal of unsafe
-globals) and ``lua/json.lua`` (the JSON bridge). This module picks the engine,
+globals), ``lua/json.lua`` (the JSON bridge) and ``lua/luxkit.lua`` (the read-only
+helper library every script gets as ``luxkit``). This module picks the engine,
 creates the runtime so that no Python object is reachable from Lua, and turns the
 prelude's status codes into typed errors.
 
@@ -142,6 +143,7 @@ class LuaSandbox:
             self._load, self._invoke = rt.execute(
                 _lua_source("sandbox.lua"),
                 _lua_source("json.lua"),
+                _lua_source("luxkit.lua"),
                 time.monotonic,
                 services.log,
                 services.http,

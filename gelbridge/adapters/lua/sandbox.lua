@@ -2,11 +2,12 @@
 -- standard library is still complete. It captures what the host needs as upvalues,
 -- installs the limits, wraps what scripts may use, and removes everything else.
 -- Arguments come from gelbridge/adapters/sandbox.py.
-local json_src, now, py_log, py_http, HOOK_EVERY, MAX_STRING, STEPS_PER_SEC = ...
+local json_src, luxkit_src, now, py_log, py_http, HOOK_EVERY, MAX_STRING, STEPS_PER_SEC = ...
 
 local _G = _G
 local type, error, tostring, select, next, rawget, rawset, setmetatable, getmetatable, ipairs =
   type, error, tostring, select, next, rawget, rawset, setmetatable, getmetatable, ipairs
+local t_insert, t_move = table.insert, table.move
 local raw_pcall, raw_xpcall, raw_load, raw_collect = pcall, xpcall, load, collectgarbage
 local byte, sub, find, format = string.byte, string.sub, string.find, string.format
 local s_find, s_match, s_gmatch, s_gsub, s_rep = string.find, string.match, string.gmatch, string.gsub, string.rep
@@ -217,6 +218,61 @@ local function safe_setmetatable(t, mt)
   return setmetatable(t, mt)
 end
 
+-- --------------------------------------------------------- frozen host tables
+-- A frozen table is an empty proxy: reads go to the hidden original, writes raise,
+-- its metatable is locked, and rawset refuses it, as do table.insert and table.move
+-- on LuaJIT (its table library writes raw; the proxy stays empty, so nothing else
+-- of the library can write to it). A script can still rebind the global name in
+-- its own runtime; it can never change the table that luxkit's code or another
+-- runtime uses.
+local frozen = setmetatable({}, { __mode = "k" })
+
+local function freeze(t, name)
+  local msg = name .. " is read-only (it belongs to gelbridge); keep your own values in locals"
+  local proxy = {}
+  for k, v in next, t do
+    if type(v) == "table" then t[k] = freeze(v, name .. "." .. tostring(k)) end
+  end
+  setmetatable(proxy, {
+    __index = t,
+    __newindex = function() error(msg, 2) end,
+    __pairs = function() return function(_, k) return next(t, k) end, proxy, nil end, -- Lua 5.4
+    __metatable = name,
+  })
+  frozen[proxy] = msg
+  return proxy
+end
+
+local function refuse_frozen(t)
+  local msg = frozen[t]
+  if msg then error(msg, 3) end
+end
+
+local function safe_rawset(t, k, v)
+  refuse_frozen(t)
+  return rawset(t, k, v)
+end
+
+local safe_table = table
+if jit then
+  safe_table.insert = function(t, ...) refuse_frozen(t) return t_insert(t, ...) end
+  if t_move then
+    safe_table.move = function(a1, f, e, t, ...)
+      refuse_frozen((select("#", ...) > 0 and (...) ~= nil) and (...) or a1)
+      return t_move(a1, f, e, t, ...)
+    end
+  end
+end
+
+-- luxkit (lua/luxkit.lua): trusted helpers for scripts, loaded as text like json.lua
+-- but now, after the string wrappers, so its pattern calls are guarded like a
+-- script's, and with the JIT off like script code, so the instruction hook fires in
+-- its loops. It captures json and log here: a script that replaces json.encode in
+-- its own runtime does not change luxkit.
+local luxkit_chunk = raw_load(luxkit_src, "=luxkit", "t")
+if jit_off then jit_off(luxkit_chunk, true) end
+local luxkit = freeze(luxkit_chunk(json, log), "luxkit")
+
 local function safe_collectgarbage(opt)
   if opt == "count" then return raw_collect("count") end
   error("collectgarbage('" .. tostring(opt) .. "') is not available in adapter scripts", 2)
@@ -233,6 +289,8 @@ _G.coroutine = safe_coroutine
 _G.setmetatable = safe_setmetatable
 _G.collectgarbage = safe_collectgarbage
 _G.json = json
+_G.luxkit = luxkit
+_G.rawset = safe_rawset
 _G.log = log
 _G.print = function(...) log("debug", ...) end
 _G.http_get, _G.http_post = http_get, http_post
@@ -257,7 +315,7 @@ local function handler(e)
   if e == "not enough memory" then violation = "memory"; return e end
   local where = script_location()
   if type(e) == "string" then
-    if where and not find(e, ERR_LOCATED) then return where .. ": " .. e end
+    if where and (not find(e, ERR_LOCATED) or find(e, "^luxkit:%d+: ")) then return where .. ": " .. e end
     return e
   end
   local ok, desc = raw_pcall(json.encode, e)
