@@ -134,10 +134,11 @@ class TurnTiming:
     model_ms: float
     write_ms: float
     at: float = 0.0  # set by record_turn when 0
+    read_ms: float | None = None  # PDS reads inside the turn; None for turns recorded before schema v2
 
     @property
     def total_ms(self) -> float:
-        return self.queue_ms + self.bridge_ms + self.model_ms + self.write_ms
+        return self.queue_ms + (self.read_ms or 0.0) + self.bridge_ms + self.model_ms + self.write_ms
 
 
 # --- schema ------------------------------------------------------------------------------
@@ -209,6 +210,10 @@ _MIGRATIONS: list[str] = [
         PRIMARY KEY (did, rkey, cid)
     );
     CREATE INDEX seen_events_at ON seen_events (at);
+    """,
+    # v2: turn timings split PDS reads (read_ms) out of bridge_ms; older rows keep NULL
+    """
+    ALTER TABLE turns ADD COLUMN read_ms REAL
     """,
 ]
 
@@ -553,16 +558,16 @@ class StateStore:
         at = timing.at or self._clock()
         with self._tx() as db:
             db.execute(
-                "INSERT INTO turns (at, account, reply_rkey, status, queue_ms, bridge_ms, model_ms, write_ms) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                "INSERT INTO turns (at, account, reply_rkey, status, queue_ms, bridge_ms, model_ms, write_ms, "
+                "read_ms) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (at, timing.account, timing.reply_rkey, timing.status, timing.queue_ms,
-                 timing.bridge_ms, timing.model_ms, timing.write_ms),
+                 timing.bridge_ms, timing.model_ms, timing.write_ms, timing.read_ms),
             )
             db.execute("DELETE FROM turns WHERE id <= (SELECT MAX(id) FROM turns) - ?", (TURNS_KEPT,))
 
     def recent_turns(self, limit: int = 20) -> list[TurnTiming]:
         rows = self._read(
-            "SELECT reply_rkey, account, status, queue_ms, bridge_ms, model_ms, write_ms, at "
+            "SELECT reply_rkey, account, status, queue_ms, bridge_ms, model_ms, write_ms, at, read_ms "
             "FROM turns ORDER BY id DESC LIMIT ?",
             (limit,),
         )

@@ -129,9 +129,11 @@ def status_command(
     print(f"recent errors ({len(rep['errors'])})")
     for e in rep["errors"]:
         print(f"  {_fmt_time(e['at'])}  {e['kind']:<16} {e['record'] or '-':<24} {e['where'] or ''}")
-    print(f"recent turns ({len(rep['turns'])})      queue   bridge    model    write    total (ms)")
+    title = f"recent turns ({len(rep['turns'])})"
+    print(f"{title:<36}{'queue':>8}{'read':>9}{'bridge':>9}{'model':>9}{'write':>9}{'total':>9} (ms)")
     for t in rep["turns"]:
-        print(f"  {t['reply']:<24} {t['status']:<9} {t['queue_ms']:>7.0f} {t['bridge_ms']:>8.0f} "
+        read = f"{t['read_ms']:>8.0f}" if t.get("read_ms") is not None else f"{'-':>8}"  # older rows: not measured
+        print(f"  {t['reply']:<24} {t['status']:<9} {t['queue_ms']:>7.0f} {read} {t['bridge_ms']:>8.0f} "
               f"{t['model_ms']:>8.0f} {t['write_ms']:>8.0f} {t['total_ms']:>8.0f}")
 
 

@@ -28,6 +28,7 @@ from gelbridge.records.constants import CONVERSATION_COLLECTION, MESSAGE_COLLECT
 from gelbridge.records.keys import AtUri
 from gelbridge.records.models import ConversationRecord, MessageRecord, SettingsRecord
 from gelbridge.thread import DEFAULT_MAX_DEPTH, Thread, walk_thread
+from gelbridge.worker.timing import reading
 
 Entry = tuple[str | None, dict[str, Any]]
 
@@ -77,12 +78,13 @@ class RepoView:
                 self._items.move_to_end(rkey)
                 return hit
         self.fetches += 1
-        try:
-            got = await self.pds.get_record(MESSAGE_COLLECTION, rkey)
-        except PdsUnavailable as e:
-            if e.status is None:
-                raise
-            got = await self._sync_get(rkey)  # see sync_get_record
+        with reading():
+            try:
+                got = await self.pds.get_record(MESSAGE_COLLECTION, rkey)
+            except PdsUnavailable as e:
+                if e.status is None:
+                    raise
+                got = await self._sync_get(rkey)  # see sync_get_record
         if got is None:
             self.drop(rkey)
             return None
@@ -190,7 +192,8 @@ class SideRecords:
             return hit[0]
         before = self._changes
         self.fetches += 1
-        got = await self.pds.get_record(collection, rkey)
+        with reading():
+            got = await self.pds.get_record(collection, rkey)
         record = self._parse(collection, rkey, got[1] if got is not None else None)
         if self._changes == before:
             self._store(key, record)

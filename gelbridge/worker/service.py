@@ -593,6 +593,7 @@ def status_report(settings: Settings, store: StateStore) -> dict[str, Any]:
     ]
     out["turns"] = [
         {"at": t.at, "reply": t.reply_rkey, "status": t.status, "queue_ms": round(t.queue_ms, 1),
+         "read_ms": round(t.read_ms, 1) if t.read_ms is not None else None,
          "bridge_ms": round(t.bridge_ms, 1), "model_ms": round(t.model_ms, 1), "write_ms": round(t.write_ms, 1),
          "total_ms": round(t.total_ms, 1)}
         for t in store.recent_turns(10)

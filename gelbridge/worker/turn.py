@@ -69,6 +69,7 @@ from gelbridge.tools.journal import INTERRUPTED_OUTPUT
 from gelbridge.worker.decide import Ask, error_message
 from gelbridge.worker.repo import RepoView, SideRecords, load_thread
 from gelbridge.worker.resume import DENIED_NOT_RUN, ResumePoint, resume_point
+from gelbridge.worker.timing import ReadClock, reading, start_reads, stop_reads
 from gelbridge.worker.writer import ReplyWriter
 
 log = logging.getLogger("gelbridge.worker.turn")
@@ -103,6 +104,7 @@ class TurnJob:
     resumed: bool = False
     resume_from: tuple[str | None, dict[str, Any]] | None = None  # the stored unfinished reply (cid, value)
     takeover: bool = False  # resume_from was left by another worker (its journal is not ours)
+    upload_ms: float = 0.0  # tool-output blob uploads (PDS writes outside the writer)
     cancel_reason: str | None = None  # "superseded" | "shutdown" when cancelled
     started_at: float | None = None
 
@@ -123,6 +125,7 @@ class _Stop(Exception):
 class _Timer:
     def __init__(self) -> None:
         self.model_ms = 0.0
+        self.reads = ReadClock()
 
 
 def _now() -> datetime:
@@ -146,10 +149,8 @@ async def _get_side_record(deps: TurnDeps, collection: str, rkey: str, cls: type
     worker's event-fed cache when it has one (no PDS read per turn)."""
     if deps.side is not None:
         return await deps.side.get(collection, rkey)
-    try:
+    with reading():
         got = await deps.pds.get_record(collection, rkey)
-    except GelbridgeError:
-        raise
     if got is None:
         return None
     _cid, value = got
@@ -192,7 +193,8 @@ async def _blobs_for(deps: TurnDeps, opened: list[OpenedMessage], keys: dict[str
             out[cid] = deps.blob_cache[cid]
             continue
         try:
-            body = await deps.pds.get_blob(deps.did, cid)
+            with reading():
+                body = await deps.pds.get_blob(deps.did, cid)
             data = open_blob(body, key_id=kid, keyring=deps.keyring)
         except (GelbridgeError, KeyError) as e:
             log.info("blob %s not available (%s)", cid, type(e).__name__)
@@ -242,7 +244,12 @@ async def _run_tools(
         if o.long_output is not None and job.ask.key_id in deps.keyring:
             data = o.long_output.encode("utf-8")
             try:
-                ref = await deps.pds.upload_blob(seal_blob(data, key_id=job.ask.key_id, keyring=deps.keyring))
+                sealed_output = seal_blob(data, key_id=job.ask.key_id, keyring=deps.keyring)
+                t0 = time.perf_counter()
+                try:
+                    ref = await deps.pds.upload_blob(sealed_output)
+                finally:
+                    job.upload_ms += (time.perf_counter() - t0) * 1000
                 uploaded = BlobRef.from_value(ref)
                 job.writer.add_blob(uploaded)
                 blob = BlobRef.of(uploaded.ref, "text/plain", len(data))
@@ -514,6 +521,7 @@ async def run_turn(deps: TurnDeps, job: TurnJob) -> TurnReport:
         return list(state.get("parts") or [])
 
     error: ReplyError | None = None
+    reads_token = start_reads(timer.reads)
     try:
         status = await _answer(deps, job, state, timer)
         parts = list(state["parts"])
@@ -526,6 +534,7 @@ async def run_turn(deps: TurnDeps, job: TurnJob) -> TurnReport:
             status, error_kind = STATUS_ERROR, "interrupted"
             error = ReplyError(kind="interrupted", message=error_message("interrupted"))
     except ClaimConflict:
+        stop_reads(reads_token)
         log.warning("reply %s was taken over by someone else; dropping this turn", job.ask.reply_rkey)
         deps.store.update_claim_status(job.ask.reply_rkey, "cancelled", "claim_lost")
         return TurnReport("lost", "claim_lost", _timing(deps, job, "lost", queue_ms, start, timer), state["steps"])
@@ -537,6 +546,7 @@ async def run_turn(deps: TurnDeps, job: TurnJob) -> TurnReport:
         log.warning("reply %s failed: %s (%s)", job.ask.reply_rkey, error_kind, type(e).__name__)
         if not isinstance(e, GelbridgeError):
             log.debug("reply %s traceback", job.ask.reply_rkey, exc_info=True)
+    stop_reads(reads_token)
 
     try:
         final = writer.final(
@@ -576,18 +586,19 @@ def _label(s: str) -> str:
 
 def _timing(deps: TurnDeps, job: TurnJob, status: str, queue_ms: float, start: float, timer: _Timer) -> TurnTiming:
     total_ms = (time.monotonic() - start) * 1000
-    write_ms = job.writer.write_ms
-    bridge_ms = max(0.0, total_ms - timer.model_ms - write_ms)
+    write_ms = job.writer.write_ms + job.upload_ms
+    read_ms = timer.reads.ms
+    bridge_ms = max(0.0, total_ms - timer.model_ms - write_ms - read_ms)
     t = TurnTiming(
         reply_rkey=job.ask.reply_rkey, account=deps.did, status=_label(status), queue_ms=queue_ms,
-        bridge_ms=bridge_ms, model_ms=timer.model_ms, write_ms=write_ms,
+        bridge_ms=bridge_ms, model_ms=timer.model_ms, write_ms=write_ms, read_ms=read_ms,
     )
     try:
         deps.store.record_turn(t)
     except Exception:  # noqa: BLE001
         pass
     log.info(
-        "turn %s %s queue=%.0fms bridge=%.0fms model=%.0fms write=%.0fms",
-        job.ask.reply_rkey, status, t.queue_ms, t.bridge_ms, t.model_ms, t.write_ms,
+        "turn %s %s queue=%.0fms read=%.0fms bridge=%.0fms model=%.0fms write=%.0fms",
+        job.ask.reply_rkey, status, t.queue_ms, read_ms, t.bridge_ms, t.model_ms, t.write_ms,
     )
     return t

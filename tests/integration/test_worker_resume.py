@@ -11,13 +11,16 @@ time; once it sees a result, it answers in text. A restart that asked from scrat
 therefore run the tool a second time, and the counting MCP server would show it.
 
 2. Conversation and settings records: read from the PDS once, then kept current by
-their record events (no getRecord per turn), and an updated record is used at once.
+their record events (no getRecord per turn), and an updated record is used at once;
+the time of the reads a turn still makes is reported apart (read=) from bridge.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import logging
+import re
 import sys
 import threading
 from pathlib import Path
@@ -244,8 +247,9 @@ def system_prompt(req: RecordedRequest) -> str:
 
 async def test_conversation_and_settings_are_read_once_then_kept_current_by_their_events(
     dev_pds: DevPds, pds_account: AccountInfo, keyring: tuple[Keyring, str], app: App,
-    model_server: ModelServer, tmp_path: Path,
+    model_server: ModelServer, tmp_path: Path, caplog: pytest.LogCaptureFixture,
 ) -> None:
+    caplog.set_level(logging.INFO, logger="gelbridge.worker.turn")
     settings = make_settings(dev_pds.pds_url, pds_account, tmp_path / "state", model_server.url)
     conv = new_tid()
     await put_conversation(app, conv, "Answer like a pirate.")  # before the worker runs: no event for it
@@ -294,3 +298,12 @@ async def test_conversation_and_settings_are_read_once_then_kept_current_by_thei
         assert model_server.requests[-1].body["model"] == "echo-2"
         assert side_reads()[2:] == [(CONVERSATION_COLLECTION, conv4)]  # a new conversation: read once
         await worker.wait_idle(10)
+
+        # timings: PDS reads apart from bridge, in the state store and the per-turn line
+        turns = {t.reply_rkey: t for t in worker.store.recent_turns(10)}
+        assert all(turns[f"{m}.r0"].read_ms is not None for m in (k1, k2, k3, k4))
+        assert turns[f"{k1}.r0"].read_ms > 0  # it read the conversation and settings records
+    lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith(f"turn {k1}.r0 ")]
+    assert len(lines) == 1
+    assert re.fullmatch(rf"turn {k1}\.r0 complete queue=\d+ms read=\d+ms bridge=\d+ms model=\d+ms write=\d+ms",
+                        lines[0])
