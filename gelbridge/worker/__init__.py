@@ -1,8 +1,11 @@
 """The worker: watch the account's repo, claim replies, run turns, write sealed replies.
 
 - ``decide``: pure decisions (is a record a request, what to do with an existing reply);
-- ``repo``: the in-memory view of message records and the lazy thread walk;
-- ``writer``: sealed reply writes (claim, throttled progress, final);
+- ``repo``: the in-memory view of message records, the lazy thread walk, and the
+  event-fed cache of conversation/settings records;
+- ``writer``: sealed reply writes (claim, throttled progress, checkpoint before tools, final);
+- ``resume``: where an unfinished reply picks up after a crash (its stored tool calls);
+- ``timing``: per-turn PDS read time;
 - ``turn``: one turn, from claim to final write;
 - ``scheduler``: per-conversation order, bounded concurrency, regeneration cancels;
 - ``sources``: firehose (durable cursor, reconnect) and poll;
