@@ -26,154 +26,15 @@ local adapter = {
   headers = { ["anthropic-version"] = "2023-06-01" },
 }
 
--- ===== shared block (identical in every built-in adapter; a test checks it) =====
-local json = json
-local jdecode, jencode, jarray, jobject = json.decode, json.encode, json.array, json.object
-local concat = table.concat
-
-local ERROR_KINDS = {
-  rate_limit = "rate_limit", rate_limit_error = "rate_limit", rate_limit_exceeded = "rate_limit",
-  requests = "rate_limit", tokens = "rate_limit", RESOURCE_EXHAUSTED = "rate_limit", ["429"] = "rate_limit",
-  authentication = "authentication", authentication_error = "authentication",
-  permission_error = "authentication", invalid_api_key = "authentication",
-  UNAUTHENTICATED = "authentication", PERMISSION_DENIED = "authentication",
-  ["401"] = "authentication", ["403"] = "authentication",
-  invalid_request = "invalid_request", invalid_request_error = "invalid_request",
-  not_found_error = "invalid_request", request_too_large = "invalid_request",
-  INVALID_ARGUMENT = "invalid_request", FAILED_PRECONDITION = "invalid_request",
-  NOT_FOUND = "invalid_request", ["400"] = "invalid_request", ["404"] = "invalid_request",
-  ["413"] = "invalid_request", ["422"] = "invalid_request",
-  server_error = "server_error", api_error = "server_error", overloaded_error = "server_error",
-  timeout_error = "server_error", INTERNAL = "server_error", UNAVAILABLE = "server_error",
-  DEADLINE_EXCEEDED = "server_error", ["500"] = "server_error", ["502"] = "server_error",
-  ["503"] = "server_error", ["504"] = "server_error", ["529"] = "server_error",
-  content_filter = "content_filter", content_policy_violation = "content_filter",
-}
-
--- Lux error kind for the first known code among the arguments (type, code, status).
-local function error_kind(...)
-  local n = select("#", ...)
-  for i = 1, n do
-    local c = select(i, ...)
-    local k = c ~= nil and ERROR_KINDS[tostring(c)]
-    if k then return k end
-  end
-  for i = 1, n do
-    local s = tonumber((select(i, ...)))
-    if s and s >= 400 and s < 500 then return "invalid_request" end
-  end
-  return "server_error"
-end
-
-local function lux_error(kind, message, code)
-  local e = { kind = kind, message = type(message) == "string" and message or "the provider reported an error" }
-  if code ~= nil then e.provider_code = tostring(code) end
-  return e
-end
-
-local function lux_response(id, model, content, finish, usage, err)
-  local out = {
-    schema_version = "v1", id = id or "", model = model or "",
-    choices = { { index = 0, message = { role = "assistant", content = content }, finish_reason = finish } },
-  }
-  if usage then out.usage = usage end
-  if err then out.error = err end
-  return jencode(out)
-end
-
-local function error_response(err)
-  return lux_response("", "", jarray(), "error", nil, err)
-end
-
--- provider_data for a block; the host fills in provider and model.
-local function pdata(data)
-  return { provider = "", model = "", data = jobject(data) }
-end
-
-local function is_array(v)
-  return type(v) == "table" and getmetatable(v) == "json.array"
-end
-
--- Tool-call arguments as the JSON string Lux wants ("{}" when there are none).
-local function args_string(v)
-  if type(v) == "string" then
-    if v == "" then return "{}" end
-    return v
-  end
-  if type(v) == "table" then
-    if next(v) == nil and not is_array(v) then return "{}" end
-    return jencode(v)
-  end
-  return "{}"
-end
-
--- Tool-call arguments as an object (providers that want objects on the wire).
-local function args_object(s)
-  if type(s) == "table" then return s end
-  if type(s) == "string" and s ~= "" then
-    local v = jdecode(s)
-    if type(v) == "table" and not is_array(v) then return jobject(v) end
-    log("warn", "tool call arguments are not a JSON object; sent as {}")
-  end
-  return jobject()
-end
-
-local function safe_id(s)
-  return (string.gsub(tostring(s or ""), "[^%w_-]", "_"))
-end
-
--- Joined text of the text blocks in a Lux content list.
-local function text_of(blocks, sep)
-  local parts, n = {}, 0
-  if type(blocks) ~= "table" then return "" end
-  for i = 1, #blocks do
-    local b = blocks[i]
-    if b and b.type == "text" and type(b.text) == "string" then
-      n = n + 1; parts[n] = b.text
-    end
-  end
-  return concat(parts, sep or "\n")
-end
-
-local function media_of(b)
-  local m = b[b.type]
-  if type(m) ~= "table" or type(m.source) ~= "table" then return nil end
-  return m.media_type or "application/octet-stream", m.source.type, m.source.data
-end
-
--- The bulk of a stream is one text or thinking delta per chunk: its JSON is built
--- directly, the same bytes jencode gives (sorted keys), without the generic walk.
-local TEXT_DELTA = { text = '"},"event":"block_delta","index":', thinking = '"},"event":"block_delta","index":' }
-local function text_delta_json(e)
-  local d, idx = e.delta, e.index
-  if type(d) ~= "table" or type(idx) ~= "number" or idx < 0 or idx >= 2147483648 or idx % 1 ~= 0 then return nil end
-  local t, text = d.type, d.text
-  local tail = TEXT_DELTA[t]
-  if not tail or type(text) ~= "string" then return nil end
-  if next(e, next(e, next(e, next(e)))) ~= nil or next(d, next(d, next(d))) ~= nil then return nil end
-  return '{"delta":{"text":' .. jencode(text) .. ',"type":"' .. t .. tail .. string.format("%d", idx) .. "}"
-end
-
--- Stream output: "" for no event, one event object, or an array of events.
-local function emit(events)
-  local n = #events
-  if n == 0 then return "" end
-  if n == 1 then
-    local e = events[1]
-    if e.event == "block_delta" then
-      local s = text_delta_json(e)
-      if s then return s end
-    end
-    return jencode(e)
-  end
-  return jencode(events)
-end
-
-local function stream_error(events, kind, message, code)
-  events[#events + 1] = { event = "error", error = lux_error(kind, message, code) }
-  return emit(events)
-end
--- ===== end of shared block =====
+-- Shared helpers are host code: luxkit (gelbridge/adapters/lua/luxkit.lua, see
+-- docs/adapters.md). Cached in locals: a call then costs no table lookup.
+local jdecode, jencode, jarray = json.decode, json.encode, json.array
+local error_kind, lux_error, lux_response, error_response =
+  luxkit.error_kind, luxkit.lux_error, luxkit.lux_response, luxkit.error_response
+local pdata, args_string, args_object, media_of =
+  luxkit.pdata, luxkit.args_string, luxkit.args_object, luxkit.media_of
+local emit, stream_error, decode_response, function_tools =
+  luxkit.emit, luxkit.stream_error, luxkit.decode_response, luxkit.function_tools
 
 local DEFAULT_MAX_TOKENS = 4096
 local MIN_BUDGET = 1024
@@ -327,6 +188,13 @@ local function build_messages(conv)
   return out
 end
 
+local function tool_definition(t, parameters)
+  local d = { name = t.name, input_schema = parameters }
+  if t.description then d.description = t.description end
+  if t.strict ~= nil then d.strict = t.strict end
+  return d
+end
+
 function adapter.transform_request(lux_json)
   local req = jdecode(lux_json)
   if type(req) ~= "table" then error("transform_request: the request is not JSON") end
@@ -342,38 +210,24 @@ function adapter.transform_request(lux_json)
 
   local o = req.options or {}
   local extras = type(o.extras) == "table" and o.extras or {}
-  local tools = req.tools
   local tc = req.tool_choice
-  if type(tools) == "table" and #tools > 0 then
-    local out = jarray()
-    for i = 1, #tools do
-      local t = tools[i]
-      if (t.kind or "function") == "function" then
-        local d = { name = t.name, input_schema = t.parameters or { type = "object", properties = jobject() } }
-        if t.description then d.description = t.description end
-        if t.strict ~= nil then d.strict = t.strict end
-        out[#out + 1] = d
-      else
-        log("warn", "tool kind " .. tostring(t.kind) .. " is not supported by this adapter; dropped")
-      end
+  local tools = function_tools(req.tools, tool_definition)
+  if #tools > 0 then
+    body.tools = tools
+    local choice
+    if type(tc) == "table" then
+      choice = { type = "tool", name = tc.name }
+    elseif tc == "required" then
+      choice = { type = "any" }
+    elseif tc == "none" then
+      choice = { type = "none" }
+    elseif tc == "auto" or extras.parallel_tool_calls == false then
+      choice = { type = "auto" }
     end
-    if #out > 0 then
-      body.tools = out
-      local choice
-      if type(tc) == "table" then
-        choice = { type = "tool", name = tc.name }
-      elseif tc == "required" then
-        choice = { type = "any" }
-      elseif tc == "none" then
-        choice = { type = "none" }
-      elseif tc == "auto" or extras.parallel_tool_calls == false then
-        choice = { type = "auto" }
-      end
-      if choice and extras.parallel_tool_calls == false and choice.type ~= "none" then
-        choice.disable_parallel_tool_use = true
-      end
-      body.tool_choice = choice
+    if choice and extras.parallel_tool_calls == false and choice.type ~= "none" then
+      choice.disable_parallel_tool_use = true
     end
+    body.tool_choice = choice
   end
 
   local max_tokens = o.max_output_tokens or DEFAULT_MAX_TOKENS
@@ -420,11 +274,9 @@ local function body_error(e)
 end
 
 function adapter.transform_response(raw)
-  local body = jdecode(raw)
-  if type(body) ~= "table" then
-    return error_response(lux_error("server_error", "the provider answered with a body that is not JSON"))
-  end
-  if body.type == "error" or body.error ~= nil then return error_response(body_error(body.error)) end
+  local body, failed = decode_response(raw, body_error)
+  if not body then return failed end
+  if body.type == "error" then return error_response(body_error(body.error)) end
   local content = jarray()
   local blocks = body.content or {}
   for i = 1, #blocks do
