@@ -214,7 +214,8 @@ def run_demo(*, text: str, timeout: float = 120.0, keep_dir: Path | None = None,
         say(f"timings: message commit → reply claimed {claimed}, → reply complete {res['done_ms']:.0f} ms")
         t = res["turn"]
         if t is not None:
-            say(f"         turn: queue {t.queue_ms:.0f} ms, bridge {t.bridge_ms:.0f} ms, "
+            read = f"{t.read_ms:.0f} ms" if t.read_ms is not None else "-"
+            say(f"         turn: queue {t.queue_ms:.0f} ms, PDS reads {read}, bridge {t.bridge_ms:.1f} ms, "
                 f"model {t.model_ms:.0f} ms, PDS writes {t.write_ms:.0f} ms")
         if keep_dir:
             say(f"\nkept {base}: try 'gelbridge status --config {base / 'gelbridge.toml'}'"
