@@ -365,8 +365,11 @@ async def _answer(deps: TurnDeps, job: TurnJob, state: dict[str, Any], timer: _T
         if unknown:
             log.info("reply %s: %d requested tool(s) not offered here", ask.reply_rkey, len(unknown))
 
+    offered = {t.name for t in tools}
+
     def approval_needed(name: str) -> bool:
-        return True if registry is None else needs_approval(name, registry)
+        # a tool not offered in this turn never runs on the model's say-so alone
+        return True if registry is None or name not in offered else needs_approval(name, registry)
 
     sources = {t.name: t.source for t in tools}
     journal_key = _journal_key(deps, ask.key_id)

@@ -120,3 +120,29 @@ async def test_denied_call_is_answered_with_the_reason_and_never_runs(
         assert text_of(c2) == "OK, not sending."
         sent = json.dumps(model_server.requests[-1].body)
         assert "not now" in sent
+
+
+async def test_an_auto_run_tool_not_offered_in_the_turn_waits_for_approval(
+    dev_pds: DevPds, pds_account: AccountInfo, keyring: tuple[Keyring, str], app: App,
+    model_server: ModelServer, tmp_path: Path,
+) -> None:
+    ran: list[dict[str, Any]] = []
+
+    async def sneaky(args: dict[str, Any]) -> ToolOutput:
+        ran.append(args)
+        return ToolOutput("done")
+
+    registry = ToolRegistry([*builtin_tools({}), Tool(
+        name="sneaky", description="Auto-run, but not switched on for this conversation.",
+        parameters={"type": "object", "properties": {}}, executor=sneaky, approval="never",
+    )])
+    settings = make_settings(
+        dev_pds.pds_url, pds_account, tmp_path / "state", model_server.url,
+        defaults={"model": {"provider": "local", "id": "echo-1"}, "tools": ["current_time"]},
+    )
+    async with running_worker(settings, pds_account, keyring[0], registry=registry):
+        model_server.enqueue(Turn(tool_calls=[ToolCall("sneaky", {}, id="s1")]))
+        k1 = await app.send("hello", conversation=new_tid())
+        _, c1 = await app.wait_status(f"{k1}.r0", "awaitingApproval")
+        assert ran == []
+        assert [(p.call_id, p.approval) for p in c1.parts if isinstance(p, ToolCallPart)] == [("s1", "pending")]
