@@ -115,6 +115,7 @@ async def _turn(records: Path, ring: Any, message: str, settings: Settings, resu
     from gelbridge.tools.approval import resolve_approvals
     from gelbridge.tools.loader import builtin_tools
     from gelbridge.tools.registry import ToolRegistry, needs_approval
+    from gelbridge.worker.decide import error_message
 
     assert result.choice.model is not None
     provider, model = result.choice.model.provider, result.choice.model.id
@@ -165,7 +166,8 @@ async def _turn(records: Path, ring: Any, message: str, settings: Settings, resu
         except (ProviderError, AdapterError) as e:
             response = getattr(e, "partial", None)
             diags += getattr(e, "diagnostics", [])
-            error = ReplyError(kind=e.kind, message=str(e)[:3000])
+            # the record gets the worker's content-free text: a provider may echo the prompt
+            error = ReplyError(kind=e.kind, message=error_message(e.kind, status=getattr(e, "status", None)))
             failed = f"the model call failed ({e.kind}); the printed record is the error reply"
 
     parts: list[Any] = list(prefix)

@@ -110,8 +110,9 @@ def test_reply_error_prints_the_error_record(config: tuple[Path, ModelServer]) -
 
     cfg, srv = config
     key, _ = last_user_key()
-    srv.enqueue(Fail(400, "bad request"))
+    srv.enqueue(Fail(400, "bad request: echoing What is the capital"))
     res = run("reply", "--keyring", str(KEYRING), "--config", str(cfg), "--message", key, str(RECORDS))
     assert res.exit_code == 1
     value = json.loads(res.stdout)
     assert value["status"] == "error" and value["error"]["kind"] == "invalid_request"
+    assert "capital" not in value["error"]["message"]  # a provider's text never reaches the record
