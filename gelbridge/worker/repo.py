@@ -99,9 +99,12 @@ class RepoView:
         url = getattr(self.pds, "pds_url", None)
         if not url:
             return None
-        async with httpx.AsyncClient(timeout=30) as http:
-            r = await http.get(f"{url}/xrpc/com.atproto.sync.getRecord",
-                               params={"did": self.did, "collection": MESSAGE_COLLECTION, "rkey": rkey})
+        try:
+            async with httpx.AsyncClient(timeout=30) as http:
+                r = await http.get(f"{url}/xrpc/com.atproto.sync.getRecord",
+                                   params={"did": self.did, "collection": MESSAGE_COLLECTION, "rkey": rkey})
+        except httpx.HTTPError as e:  # callers handle PdsError, not httpx's own errors
+            raise PdsUnavailable(f"PDS unreachable on sync.getRecord {rkey} ({type(e).__name__})") from None
         if r.status_code != 200:
             if r.status_code in (400, 404):
                 return None

@@ -1,0 +1,34 @@
+"""RepoView's sync.getRecord fallback reports an unreachable PDS as a PdsError."""
+
+from __future__ import annotations
+
+import socket
+from typing import Any
+
+import pytest
+
+from gelbridge.errors import PdsUnavailable
+from gelbridge.worker.repo import RepoView
+
+
+def closed_port() -> int:
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
+class FailingPds:
+    def __init__(self, url: str) -> None:
+        self.pds_url = url
+
+    async def get_record(self, collection: str, rkey: str) -> Any:
+        raise PdsUnavailable("getRecord failed (HTTP 500)", status=500)
+
+
+@pytest.mark.timeout(30)
+async def test_fallback_to_an_unreachable_pds_raises_pds_unavailable_not_an_httpx_error() -> None:
+    view = RepoView(FailingPds(f"http://127.0.0.1:{closed_port()}"), "did:plc:test")
+    with pytest.raises(PdsUnavailable):
+        await view.get("3mabcdefghij2", fresh=True)
