@@ -160,6 +160,8 @@ class FirehoseSource:
                     log.warning("firehose error: %s", e)
             except PdsError as e:
                 log.warning("firehose disconnected (%s)", type(e).__name__)
+            except Exception as e:  # noqa: BLE001 - a bug in decoding must not end the watch for good
+                log.error("firehose stream failed unexpectedly (%s); reconnecting", type(e).__name__)
             self.connected.clear()
             failures += 1
             self.reconnects += 1

@@ -566,6 +566,13 @@ async def run_turn(deps: TurnDeps, job: TurnJob) -> TurnReport:
         else:
             await final
         deps.store.update_claim_status(job.ask.reply_rkey, status, error_kind)  # type: ignore[arg-type]
+    except ClaimConflict:
+        # Someone else changed the reply since our last write: it is theirs now. Mark the
+        # claim lost so recovery does not keep retrying a reply that is no longer ours.
+        log.warning("reply %s was taken over by someone else before the final write", job.ask.reply_rkey)
+        deps.store.update_claim_status(job.ask.reply_rkey, "cancelled", "claim_lost")
+        error_kind = "claim_lost"
+        status = "lost"
     except Exception as e:  # noqa: BLE001 - the final write failed: leave the claim unfinished for recovery
         log.error("final write of %s failed (%s); it stays claimed and is finished on restart",
                   job.ask.reply_rkey, type(e).__name__)

@@ -153,7 +153,9 @@ async def test_decode_frame_filters_repos_and_collections(
     mine = events({client.did})
     assert [(e.did, e.rkey) for e in mine] == [(client.did, "3mmine0000002")]
     assert {e.did for e in events({other_info.did})} == {other_info.did}
-    assert all(e.collection == MSG for e in events(None))
+    # The session's PDS replays every earlier test's writes too (cursor 0): any of our
+    # collections may appear, never another one.
+    assert all(e.collection.startswith("chat.gel.assistant.") for e in events(None))
     assert len(events(None)) >= 2
     unrelated = events({client.did}, prefix="app.example.")
     assert [(e.collection, e.rkey) for e in unrelated] == [("app.example.unrelated", "3mmine0000002")]
