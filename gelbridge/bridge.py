@@ -51,7 +51,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-import random
 import threading
 import time
 from collections import Counter
@@ -62,6 +61,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
+from gelbridge.backoff import backoff_delay
 from gelbridge.config import Settings, load_config
 from gelbridge.errors import ConfigError, FirehoseError, GelbridgeError, PdsError
 from gelbridge.firehose import StreamMarker, subscribe_repos
@@ -509,7 +509,7 @@ class Bridge:
             except PdsError as e:
                 log.warning("firehose of %s disconnected (%s)", pds_url, type(e).__name__)
             failures += 1
-            delay = min(30.0, 0.5 * 2 ** min(failures - 1, 10)) * (0.75 + random.random() / 2)
+            delay = backoff_delay(failures, base=0.5, cap=30.0)
             await asyncio.sleep(delay)
 
     # --- synchronous use ---------------------------------------------------------------------------

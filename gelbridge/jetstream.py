@@ -25,7 +25,6 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import random
 import time
 from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
@@ -33,6 +32,7 @@ from urllib.parse import urlencode, urlsplit, urlunsplit
 
 import websockets
 
+from gelbridge.backoff import backoff_delay
 from gelbridge.errors import GelbridgeError, RecordError
 from gelbridge.firehose import DEFAULT_PREFIX
 from gelbridge.ingest import IncomingRecord, RecordFilter, from_jetstream_event
@@ -204,8 +204,7 @@ class JetstreamSource:
                 self.connected.clear()
                 self._save_cursor(force=True)
             failures += 1
-            delay = min(self.backoff_cap, self.backoff_base * 2 ** min(failures - 1, 10))
-            delay *= 0.75 + random.random() / 2
+            delay = backoff_delay(failures, base=self.backoff_base, cap=self.backoff_cap)
             log.info("Jetstream: reconnecting in %.1f s", delay)
             await asyncio.sleep(delay)
 

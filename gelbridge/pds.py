@@ -20,13 +20,13 @@ import binascii
 import email.utils
 import json
 import logging
-import random
 import time
 from dataclasses import dataclass, field
 from typing import Any, AsyncIterator, Awaitable, Callable, Final, Mapping
 
 import httpx
 
+from gelbridge.backoff import backoff_delay
 from gelbridge.errors import (
     ClaimConflict,
     PdsAuthError,
@@ -604,4 +604,4 @@ class PdsClient:
         raise AssertionError("unreachable")  # pragma: no cover
 
     def _backoff(self, n: int) -> float:
-        return min(self._backoff_cap, self._backoff_base * (2**n)) * (0.5 + random.random() / 2)
+        return backoff_delay(n + 1, base=self._backoff_base, cap=self._backoff_cap, spread=(0.5, 1.0))

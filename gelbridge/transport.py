@@ -107,6 +107,7 @@ from urllib.parse import parse_qsl, quote, urlencode, urlsplit, urlunsplit
 
 import httpx
 
+from gelbridge.backoff import backoff_delay
 from gelbridge.config import ProviderConfig
 from gelbridge.errors import ConfigError, ProviderError
 
@@ -649,8 +650,9 @@ class RetryPolicy:
         if error.retry_after is not None:
             ceiling = self.max_delay if self.retry_after_ceiling is None else self.retry_after_ceiling
             return error.retry_after if error.retry_after <= ceiling else None
-        delay = min(self.max_delay, self.base_delay * (2 ** (attempt - 1)))
-        return delay * (1.0 - self.jitter * self.rng.random())
+        return backoff_delay(
+            attempt, base=self.base_delay, cap=self.max_delay, spread=(1.0 - self.jitter, 1.0), rng=self.rng
+        )
 
 
 # ======================================================================================

@@ -22,11 +22,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import random
 from collections.abc import Awaitable, Callable
 from contextlib import aclosing
 from typing import Any
 
+from gelbridge.backoff import backoff_delay
 from gelbridge.errors import FirehoseError, GelbridgeError, PdsError
 from gelbridge.firehose import RepoEvent, StreamMarker, subscribe_repos
 from gelbridge.records.constants import MESSAGE_COLLECTION
@@ -165,8 +165,7 @@ class FirehoseSource:
             self.connected.clear()
             failures += 1
             self.reconnects += 1
-            delay = min(self.backoff_cap, self.backoff_base * 2 ** min(failures - 1, 10))
-            delay *= 0.75 + random.random() / 2
+            delay = backoff_delay(failures, base=self.backoff_base, cap=self.backoff_cap)
             log.info("firehose: reconnecting in %.1f s", delay)
             await asyncio.sleep(delay)
 
