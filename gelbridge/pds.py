@@ -35,6 +35,7 @@ from gelbridge.errors import (
     PdsUnavailable,
     RecordError,
 )
+from gelbridge.records.codec import bytes_json
 
 log = logging.getLogger(__name__)
 
@@ -199,9 +200,12 @@ def error_from_response(resp: httpx.Response, what: str) -> PdsError:
 
 
 def _bytes_json(value: Any) -> Any:
-    """Turn stray Python ``bytes`` into atproto JSON ``{"$bytes": ...}`` (defensive)."""
+    """Turn stray Python ``bytes`` into atproto JSON ``{"$bytes": ...}`` (defensive).
+
+    Not ``codec.to_json_form``: that one guesses 36-byte CID-looking values to be links,
+    and a record being written holds its links as ``{"$link"}`` already."""
     if isinstance(value, (bytes, bytearray, memoryview)):
-        return {"$bytes": base64.b64encode(bytes(value)).decode("ascii")}
+        return bytes_json(bytes(value))
     if isinstance(value, dict):
         return {k: _bytes_json(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):

@@ -39,7 +39,7 @@ from gelbridge.errors import (
     UnknownKeyError,
     UnknownSchemeError,
 )
-from gelbridge.records.codec import b64encode
+from gelbridge.records.codec import bytes_json
 from gelbridge.records.keys import AtUri
 from gelbridge.records.models import (
     ConversationRecord,
@@ -170,6 +170,7 @@ class Keyring(Mapping[str, bytes]):
 
     def to_json(self) -> dict[str, Any]:
         """The file form. Holds key bytes: write it only to the keyring file."""
+        # The keyring file keeps standard padded base64 (its own format, not atproto ``$bytes``).
         return {"keys": {k: base64.b64encode(v).decode("ascii") for k, v in self._keys.items()}}
 
     def save(self, path: str | os.PathLike[str]) -> None:
@@ -205,8 +206,9 @@ def _blob_ad(key_id: str) -> bytes:
 
 
 def _json_default(o: Any) -> Any:
+    # Only bytes, never the CID guess of ``to_json_form``: sealed bytes are data, not links.
     if isinstance(o, (bytes, bytearray, memoryview)):
-        return {"$bytes": b64encode(bytes(o))}
+        return bytes_json(bytes(o))
     raise TypeError(f"value of type {type(o).__name__} cannot be sealed as JSON")
 
 

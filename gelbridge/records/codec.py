@@ -22,6 +22,11 @@ def b64encode(data: bytes) -> str:
     return base64.b64encode(data).decode("ascii").rstrip("=")
 
 
+def bytes_json(data: bytes) -> dict[str, str]:
+    """Raw bytes → their atproto JSON form ``{"$bytes": <unpadded standard base64>}``."""
+    return {"$bytes": b64encode(data)}
+
+
 def b64decode(text: str) -> bytes:
     """Standard base64 (RFC 4648 §4), padding optional; raise ValueError otherwise."""
     if not isinstance(text, str):
@@ -102,7 +107,7 @@ def to_json_form(value: Any) -> Any:
         raw = bytes(value)
         if looks_like_cid(raw):
             return {"$link": cid_str(raw)}
-        return {"$bytes": b64encode(raw)}
+        return bytes_json(raw)
     if type(value).__name__ == "CID":
         return {"$link": str(value)}
     return value

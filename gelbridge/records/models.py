@@ -39,7 +39,7 @@ from pydantic import (
 from pydantic.alias_generators import to_camel
 
 from gelbridge.errors import RecordError
-from gelbridge.records.codec import b64encode, cbor_size, decode_bytes, decode_link, to_json_form
+from gelbridge.records.codec import bytes_json, cbor_size, decode_bytes, decode_link, to_json_form
 from gelbridge.records.constants import (
     CONVERSATION_COLLECTION,
     ENCRYPTED_CONTENT_TYPE,
@@ -118,7 +118,7 @@ Datetime = Annotated[str, AfterValidator(_check_datetime)]
 
 Uri = Annotated[str, AfterValidator(_check_uri)]
 
-_bytes_ser = PlainSerializer(lambda b: {"$bytes": b64encode(b)})
+_bytes_ser = PlainSerializer(bytes_json)
 
 
 def LexBytes(max_length: int) -> Any:  # noqa: N802
