@@ -36,6 +36,7 @@ from gelbridge.errors import (
     RecordError,
 )
 from gelbridge.records.codec import bytes_json
+from gelbridge.records.keys import AtUri
 
 log = logging.getLogger(__name__)
 
@@ -88,7 +89,8 @@ class RecordEntry:
 
     @property
     def rkey(self) -> str:
-        return self.uri.rsplit("/", 1)[-1]
+        """The record key; a listRecords ``uri`` is always ``at://<did>/<collection>/<rkey>``."""
+        return AtUri.parse(self.uri).rkey
 
 
 @dataclass(frozen=True)
