@@ -226,6 +226,7 @@ class PollSource:
                 await asyncio.sleep(self.interval)
             except PdsError as e:
                 failures += 1
-                delay = min(60.0, self.interval * 2 ** min(failures, 4))
+                # No jitter: one poller per account, nothing to de-synchronise.
+                delay = backoff_delay(failures + 1, base=self.interval, cap=60.0, spread=(1.0, 1.0), max_doublings=4)
                 log.warning("poll failed (%s); retry in %.0f s", type(e).__name__, delay)
                 await asyncio.sleep(delay)
