@@ -493,6 +493,23 @@ class PdsClient:
             "com.atproto.sync.getBlob", {"did": did, "cid": cid}, max_bytes, f"getBlob {cid}"
         )
 
+    async def sync_get_record(
+        self, collection: str, rkey: str, *, repo: str | None = None, max_bytes: int = 2 * 1024 * 1024
+    ) -> bytes | None:
+        """sync.getRecord: the record with its proof as a CAR file, or None if it does not
+        exist. A fallback for PDSes whose repo.getRecord fails on some records (see
+        docs/worker.md, Known limits)."""
+        did = repo or self.did
+        try:
+            return await self._get_bytes(
+                "com.atproto.sync.getRecord", {"did": did, "collection": collection, "rkey": rkey},
+                max_bytes, f"sync.getRecord {collection}/{rkey}",
+            )
+        except PdsError as e:
+            if e.status in (400, 404):
+                return None
+            raise
+
     async def get_repo(self, did: str, *, max_bytes: int = DEFAULT_MAX_REPO_BYTES) -> bytes:
         """sync.getRepo: the whole repo as a CAR file."""
         return await self._get_bytes("com.atproto.sync.getRepo", {"did": did}, max_bytes, f"getRepo {did}")

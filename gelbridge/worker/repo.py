@@ -84,7 +84,7 @@ class RepoView:
             except PdsUnavailable as e:
                 if e.status is None:
                     raise
-                got = await self._sync_get(rkey)  # see sync_get_record
+                got = await self._sync_get(rkey)
         if got is None:
             self.drop(rkey)
             return None
@@ -94,22 +94,9 @@ class RepoView:
 
 
     async def _sync_get(self, rkey: str) -> tuple[str, dict[str, Any]] | None:
-        import httpx
-
-        url = getattr(self.pds, "pds_url", None)
-        if not url:
-            return None
-        try:
-            async with httpx.AsyncClient(timeout=30) as http:
-                r = await http.get(f"{url}/xrpc/com.atproto.sync.getRecord",
-                                   params={"did": self.did, "collection": MESSAGE_COLLECTION, "rkey": rkey})
-        except httpx.HTTPError as e:  # callers handle PdsError, not httpx's own errors
-            raise PdsUnavailable(f"PDS unreachable on sync.getRecord {rkey} ({type(e).__name__})") from None
-        if r.status_code != 200:
-            if r.status_code in (400, 404):
-                return None
-            raise PdsUnavailable(f"PDS failed on sync.getRecord {rkey} (HTTP {r.status_code})", status=r.status_code)
-        return record_from_car(r.content, MESSAGE_COLLECTION)
+        """The record through ``sync.getRecord`` (a CAR), on the same PDS client."""
+        data = await self.pds.sync_get_record(MESSAGE_COLLECTION, rkey, repo=self.did)
+        return None if data is None else record_from_car(data, MESSAGE_COLLECTION)
 
 
 class SideRecords:

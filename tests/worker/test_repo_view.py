@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 
 from gelbridge.errors import PdsUnavailable
+from gelbridge.pds import PdsClient
 from gelbridge.worker.repo import RepoView
 
 
@@ -19,16 +20,16 @@ def closed_port() -> int:
     return port
 
 
-class FailingPds:
-    def __init__(self, url: str) -> None:
-        self.pds_url = url
+class FailingPds(PdsClient):
+    """A real client whose repo.getRecord answers 500, so the sync.getRecord fallback runs."""
 
-    async def get_record(self, collection: str, rkey: str) -> Any:
+    async def get_record(self, collection: str, rkey: str, *, repo: str | None = None) -> Any:
         raise PdsUnavailable("getRecord failed (HTTP 500)", status=500)
 
 
 @pytest.mark.timeout(30)
 async def test_fallback_to_an_unreachable_pds_raises_pds_unavailable_not_an_httpx_error() -> None:
-    view = RepoView(FailingPds(f"http://127.0.0.1:{closed_port()}"), "did:plc:test")
-    with pytest.raises(PdsUnavailable):
-        await view.get("3mabcdefghij2", fresh=True)
+    async with FailingPds(f"http://127.0.0.1:{closed_port()}", max_retries=0) as pds:
+        view = RepoView(pds, "did:plc:test")
+        with pytest.raises(PdsUnavailable):
+            await view.get("3mabcdefghij2", fresh=True)
