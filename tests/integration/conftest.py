@@ -9,7 +9,7 @@ from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
@@ -31,6 +31,9 @@ from gelbridge.records import (
 from gelbridge.records.models import Part
 from gelbridge.sealing import Keyring, content_of, seal_content
 from gelbridge.worker import Worker
+
+if TYPE_CHECKING:
+    from .worker_proc import WorkerProc
 
 PASSWORD_ENV = "GELBRIDGE_TEST_APP_PASSWORD"
 
@@ -139,6 +142,15 @@ def text_of(content: PlainContent | None) -> str:
 def model_server() -> Iterator[ModelServer]:
     with ModelServer() as srv:
         yield srv
+
+
+@pytest.fixture
+def procs() -> Iterator[list[WorkerProc]]:
+    """Worker subprocesses a test started (worker_proc.start_worker); killed at the end."""
+    made: list[WorkerProc] = []
+    yield made
+    for p in made:
+        p.stop()
 
 
 @pytest.fixture

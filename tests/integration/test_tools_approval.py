@@ -14,7 +14,7 @@ import logging
 import sys
 import time
 from collections import Counter
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -26,12 +26,11 @@ from gelbridge.records import PlainContent, TextPart, ToolApprovalPart, ToolCall
 from gelbridge.sealing import Keyring
 from gelbridge.state import StateStore
 
-from .conftest import PASSWORD_ENV, App, make_settings, running_worker, text_of
-from .test_worker_recovery import WorkerProc
+from .conftest import App, make_settings, running_worker, text_of
+from .worker_proc import COUNTING_SERVER, WorkerProc, counting_mcp_toml, start_worker, write_config
 
 pytestmark = [pytest.mark.pds, pytest.mark.timeout(300)]
 
-SERVER = str(Path(__file__).with_name("mcp_counting_server.py"))
 TOOLS = ["mcp_j_lookup", "mcp_j_note", "mcp_j_gate"]
 WAIT = 90.0  # generous bound for a reply on a loaded machine
 
@@ -41,7 +40,7 @@ WAIT = 90.0  # generous bound for a reply on a loaded machine
 
 def mcp_servers(count_file: Path, gate_file: Path) -> dict[str, Any]:
     return {"servers": {"j": {
-        "command": [sys.executable, SERVER],
+        "command": [sys.executable, COUNTING_SERVER],
         "env": {"COUNT_FILE": str(count_file), "GATE_FILE": str(gate_file)},
         "approval": "always",
         "startup_timeout": 60,
@@ -269,63 +268,8 @@ async def test_approvals_for_calls_that_are_not_waiting_are_ignored_logged_and_n
 
 def write_tools_config(tmp: Path, pds_url: str, account: AccountInfo, model_url: str, keyring: Keyring,
                        count_file: Path, gate_file: Path) -> Path:
-    keyring.save(tmp / "keyring.json")
-    cfg = tmp / "gelbridge.toml"
-    cfg.write_text(f"""
-[account]
-pds = "{pds_url}"
-identifier = "{account.handle}"
-password_env = "{PASSWORD_ENV}"
-
-[keyring]
-path = "keyring.json"
-
-[state]
-dir = "state"
-
-[defaults]
-model = {{ provider = "local", id = "echo-1" }}
-tools = {json.dumps(TOOLS)}
-
-[providers.local]
-adapter = "openai"
-base_url = "{model_url}/v1"
-max_retries = 0
-
-[replies]
-update_interval = 0.2
-
-[worker]
-shutdown_grace = 2
-
-[tools]
-call_timeout = 150
-
-[mcp.servers.j]
-command = {json.dumps([sys.executable, SERVER])}
-env = {{ COUNT_FILE = {json.dumps(str(count_file))}, GATE_FILE = {json.dumps(str(gate_file))} }}
-approval = "always"
-startup_timeout = 60
-
-[mcp.servers.j.tools.lookup]
-approval = "never"
-""")
-    return cfg
-
-
-@pytest.fixture
-def procs() -> Iterator[list[WorkerProc]]:
-    made: list[WorkerProc] = []
-    yield made
-    for p in made:
-        p.stop()
-
-
-async def start_worker(cfg: Path, account: AccountInfo, log: Path, procs: list[WorkerProc]) -> WorkerProc:
-    w = WorkerProc(cfg, account, log)
-    procs.append(w)
-    await asyncio.to_thread(w.start, 90)
-    return w
+    return write_config(tmp, pds_url, account, model_url, keyring, tools=TOOLS,
+                        extra=counting_mcp_toml(count_file, gate_file, auto_run=["lookup"]))
 
 
 def journal(state_dir: Path, call_id: str) -> Any:

@@ -3,12 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-import os
-import signal
-import subprocess
-import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -19,95 +14,10 @@ from gelbridge.records import new_tid
 from gelbridge.sealing import Keyring
 from gelbridge.state import StateStore
 
-from .conftest import PASSWORD_ENV, App, text_of
+from .conftest import App, text_of
+from .worker_proc import WorkerProc, write_config
 
 pytestmark = [pytest.mark.pds, pytest.mark.timeout(240)]
-
-
-def write_config(tmp: Path, pds_url: str, account: AccountInfo, model_url: str, keyring: Keyring,
-                 update_interval: float = 0.2) -> Path:
-    keyring.save(tmp / "keyring.json")
-    cfg = tmp / "gelbridge.toml"
-    cfg.write_text(f"""
-[account]
-pds = "{pds_url}"
-identifier = "{account.handle}"
-password_env = "{PASSWORD_ENV}"
-
-[keyring]
-path = "keyring.json"
-
-[state]
-dir = "state"
-
-[defaults]
-model = {{ provider = "local", id = "echo-1" }}
-
-[providers.local]
-adapter = "openai"
-base_url = "{model_url}/v1"
-max_retries = 0
-
-[replies]
-update_interval = {update_interval}
-
-[worker]
-shutdown_grace = 2
-""")
-    return cfg
-
-
-class WorkerProc:
-    """`python -m gelbridge run` in its own process group; stderr to a log file."""
-
-    def __init__(self, cfg: Path, account: AccountInfo, log: Path) -> None:
-        self.cfg, self.account, self.log_path = cfg, account, log
-        self.proc: subprocess.Popen[bytes] | None = None
-
-    def start(self, timeout: float = 60.0) -> None:
-        env = {**os.environ, PASSWORD_ENV: self.account.app_password}
-        env.pop("GELBRIDGE_CONFIG", None)
-        self._log = open(self.log_path, "ab")
-        self._out = self.log_path.with_suffix(".out")
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "gelbridge", "run", "--config", str(self.cfg), "--log-level", "info"],
-            stdout=open(self._out, "wb"), stderr=self._log, env=env, start_new_session=True,
-        )
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise AssertionError(f"worker exited early:\n{self.log_path.read_text()[-3000:]}")
-            if b"ready:" in self._out.read_bytes():
-                return
-            time.sleep(0.1)
-        raise AssertionError("worker not ready in time")
-
-    def kill(self) -> None:
-        assert self.proc is not None
-        os.killpg(self.proc.pid, signal.SIGKILL)
-        self.proc.wait(10)
-
-    def terminate(self, timeout: float = 30.0) -> int:
-        assert self.proc is not None
-        self.proc.send_signal(signal.SIGTERM)
-        return self.proc.wait(timeout)
-
-    def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-            self.proc.wait(10)
-
-    @property
-    def stdout(self) -> str:
-        return self._out.read_text()
-
-
-@pytest.fixture
-def procs() -> Iterator[list[WorkerProc]]:
-    made: list[WorkerProc] = []
-    yield made
-    for p in made:
-        p.stop()
 
 
 async def test_worker_killed_mid_stream_is_restarted_and_leaves_one_complete_reply(

@@ -21,7 +21,6 @@ import asyncio
 import json
 import logging
 import re
-import sys
 import threading
 from pathlib import Path
 from typing import Any
@@ -43,71 +42,27 @@ from gelbridge.records import (
 )
 from gelbridge.sealing import Keyring, seal_content
 
-from .conftest import PASSWORD_ENV, App, make_settings, running_worker, text_of
+from .conftest import App, make_settings, running_worker, text_of
 from .test_tools_approval import (
-    SERVER,
     WAIT,
     assert_one_result_per_call,
     executions,
     journal,
     pairs,
-    start_worker,
     token_of,
     wait_until,
 )
-from .test_worker_recovery import WorkerProc
+from .worker_proc import WorkerProc, counting_mcp_toml, start_worker, write_config
 
 pytestmark = [pytest.mark.pds, pytest.mark.timeout(300)]
 
 
-def write_config(tmp: Path, pds_url: str, account: AccountInfo, model_url: str, keyring: Keyring,
-                 count_file: Path, gate_file: Path, *, update_interval: float) -> Path:
+def write_auto_run_config(tmp: Path, pds_url: str, account: AccountInfo, model_url: str, keyring: Keyring,
+                          count_file: Path, gate_file: Path, *, update_interval: float) -> Path:
     """`gelbridge run` with the counting MCP server; lookup and gate run without approval."""
-    keyring.save(tmp / "keyring.json")
-    cfg = tmp / "gelbridge.toml"
-    cfg.write_text(f"""
-[account]
-pds = "{pds_url}"
-identifier = "{account.handle}"
-password_env = "{PASSWORD_ENV}"
-
-[keyring]
-path = "keyring.json"
-
-[state]
-dir = "state"
-
-[defaults]
-model = {{ provider = "local", id = "echo-1" }}
-tools = ["mcp_j_lookup", "mcp_j_gate"]
-
-[providers.local]
-adapter = "openai"
-base_url = "{model_url}/v1"
-max_retries = 0
-
-[replies]
-update_interval = {update_interval}
-
-[worker]
-shutdown_grace = 2
-
-[tools]
-call_timeout = 150
-
-[mcp.servers.j]
-command = {json.dumps([sys.executable, SERVER])}
-env = {{ COUNT_FILE = {json.dumps(str(count_file))}, GATE_FILE = {json.dumps(str(gate_file))} }}
-approval = "always"
-startup_timeout = 60
-
-[mcp.servers.j.tools.lookup]
-approval = "never"
-
-[mcp.servers.j.tools.gate]
-approval = "never"
-""")
-    return cfg
+    return write_config(tmp, pds_url, account, model_url, keyring, update_interval,
+                        tools=["mcp_j_lookup", "mcp_j_gate"],
+                        extra=counting_mcp_toml(count_file, gate_file, auto_run=["lookup", "gate"]))
 
 
 class ToolThenText:
@@ -145,14 +100,6 @@ async def stored_parts(app: App, rkey: str) -> list[Any]:
     return list(got[1].parts)
 
 
-@pytest.fixture
-def procs() -> Any:
-    made: list[WorkerProc] = []
-    yield made
-    for p in made:
-        p.stop()
-
-
 async def test_killed_while_an_auto_run_tool_runs_the_restart_answers_it_interrupted_and_never_runs_it_again(
     dev_pds: DevPds, pds_account: AccountInfo, keyring: tuple[Keyring, str], app: App,
     model_server: ModelServer, tmp_path: Path, procs: list[WorkerProc],
@@ -162,8 +109,8 @@ async def test_killed_while_an_auto_run_tool_runs_the_restart_answers_it_interru
     model_server.responder = model
     # update_interval = 0 (no throttled progress writes): the checkpoint before the tool
     # runs is written anyway
-    cfg = write_config(tmp_path, dev_pds.pds_url, pds_account, model_server.url, keyring[0],
-                       count_file, gate_file, update_interval=0)
+    cfg = write_auto_run_config(tmp_path, dev_pds.pds_url, pds_account, model_server.url, keyring[0],
+                                count_file, gate_file, update_interval=0)
     state = tmp_path / "state"
     w1 = await start_worker(cfg, pds_account, tmp_path / "w1.log", procs)
     k = await app.send("open the gate", conversation=new_tid())
@@ -202,8 +149,8 @@ async def test_killed_after_an_auto_run_tool_ran_before_the_next_step_was_writte
     model = ToolThenText("mcp_j_lookup", "l")
     model.stall = True
     model_server.responder = model
-    cfg = write_config(tmp_path, dev_pds.pds_url, pds_account, model_server.url, keyring[0],
-                       count_file, gate_file, update_interval=0.2)
+    cfg = write_auto_run_config(tmp_path, dev_pds.pds_url, pds_account, model_server.url, keyring[0],
+                                count_file, gate_file, update_interval=0.2)
     state = tmp_path / "state"
     w1 = await start_worker(cfg, pds_account, tmp_path / "w1.log", procs)
     k = await app.send("look up q", conversation=new_tid())

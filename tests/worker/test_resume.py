@@ -4,10 +4,7 @@ still need an answer, and the writer's unthrottled checkpoint before tools run."
 from __future__ import annotations
 
 import asyncio
-from typing import Any
 
-from gelbridge.errors import ClaimConflict
-from gelbridge.pds import PutResult
 from gelbridge.records import MessageRecord, TextPart, ToolCallPart, ToolResultPart
 from gelbridge.records.models import ReasoningPart
 from gelbridge.sealing import Keyring, content_of
@@ -15,32 +12,7 @@ from gelbridge.worker.repo import RepoView
 from gelbridge.worker.resume import resume_point, tool_steps
 from gelbridge.worker.writer import ReplyWriter
 
-DID = "did:plc:abcdefghijklmnopqrstuvwx"
-
-
-class FakePds:
-    """putRecord with swap checks, in memory."""
-
-    def __init__(self) -> None:
-        self.puts: list[tuple[str, dict[str, Any], Any]] = []
-        self.records: dict[str, tuple[str, dict[str, Any]]] = {}
-
-    async def put_record(self, collection: str, rkey: str, value: dict[str, Any], *, swap_record: Any) -> PutResult:
-        cur = self.records.get(rkey)
-        if (swap_record is None and cur is not None) or (swap_record is not None and (cur is None or cur[0] != swap_record)):
-            raise ClaimConflict("swap mismatch")
-        cid = f"cid{len(self.puts)}"
-        self.puts.append((rkey, value, swap_record))
-        self.records[rkey] = (cid, value)
-        return PutResult(uri=f"at://{DID}/{collection}/{rkey}", cid=cid, committed=True)
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.t = 0.0
-
-    def __call__(self) -> float:
-        return self.t
+from worker_fakes import DID, Clock, FakePds
 
 
 def call(cid: str, approval: str | None = None) -> ToolCallPart:

@@ -8,39 +8,12 @@ from typing import Any
 import pytest
 
 from gelbridge.errors import ClaimConflict
-from gelbridge.pds import PutResult
 from gelbridge.records import MessageRecord, TextPart
 from gelbridge.sealing import Keyring, content_of
 from gelbridge.worker.repo import RepoView
 from gelbridge.worker.writer import ReplyWriter
 
-DID = "did:plc:abcdefghijklmnopqrstuvwx"
-
-
-class FakePds:
-    def __init__(self) -> None:
-        self.puts: list[tuple[str, dict[str, Any], Any]] = []
-        self.records: dict[str, tuple[str, dict[str, Any]]] = {}
-
-    async def put_record(self, collection: str, rkey: str, value: dict[str, Any], *, swap_record: Any) -> PutResult:
-        cur = self.records.get(rkey)
-        if (swap_record is None and cur is not None) or (swap_record is not None and (cur is None or cur[0] != swap_record)):
-            raise ClaimConflict("swap mismatch")
-        cid = f"cid{len(self.puts)}"
-        self.puts.append((rkey, value, swap_record))
-        self.records[rkey] = (cid, value)
-        return PutResult(uri=f"at://{DID}/{collection}/{rkey}", cid=cid, committed=True)
-
-    async def get_record(self, collection: str, rkey: str, *, repo: str | None = None) -> Any:
-        return self.records.get(rkey)
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.t = 0.0
-
-    def __call__(self) -> float:
-        return self.t
+from worker_fakes import DID, Clock, FakePds
 
 
 @pytest.fixture
