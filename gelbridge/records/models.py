@@ -37,6 +37,7 @@ from pydantic import (
     ValidationError,
 )
 from pydantic.alias_generators import to_camel
+from pydantic_core import core_schema
 
 from gelbridge.errors import RecordError
 from gelbridge.records.codec import bytes_json, cbor_size, decode_bytes, decode_link, to_json_form
@@ -83,9 +84,42 @@ def _string_check(max_bytes: int | None, max_graphemes: int | None) -> Any:
     return check
 
 
+class _LexStrSchema:
+    """Core schema of a limited string: a native fast path, the exact check behind it.
+
+    A string of at most ``max_bytes // 4`` code points has at most ``max_bytes`` UTF-8
+    bytes, and one of at most ``max_graphemes`` code points at most that many graphemes,
+    so pydantic-core accepts such strings without calling Python (short strings are
+    nearly all of them); longer ones go through the exact check.
+    """
+
+    def __init__(self, max_bytes: int | None, max_graphemes: int | None) -> None:
+        self.max_bytes, self.max_graphemes = max_bytes, max_graphemes
+
+    def __get_pydantic_core_schema__(self, source: Any, handler: Any) -> core_schema.CoreSchema:
+        mb, mg = self.max_bytes, self.max_graphemes
+        fast = min(x for x in (mb // 4 if mb is not None else None, mg) if x is not None)
+        limits = " and ".join(
+            x for x in (f"{mb} UTF-8 bytes" if mb is not None else "", f"{mg} graphemes" if mg is not None else "") if x
+        )
+        return core_schema.union_schema(
+            [
+                core_schema.str_schema(max_length=fast, strict=True),
+                core_schema.no_info_after_validator_function(
+                    _string_check(mb, mg), core_schema.str_schema(strict=True)
+                ),
+            ],
+            mode="left_to_right",
+            custom_error_type="lex_string",
+            custom_error_message=f"must be a valid UTF-8 string of at most {limits}",
+        )
+
+
 def LexStr(max_bytes: int | None = None, max_graphemes: int | None = None) -> Any:  # noqa: N802
     """A lexicon string with ``maxLength`` (UTF-8 bytes) and ``maxGraphemes`` limits."""
-    return Annotated[str, AfterValidator(_string_check(max_bytes, max_graphemes))]
+    if max_bytes is None and max_graphemes is None:
+        return str
+    return Annotated[str, _LexStrSchema(max_bytes, max_graphemes)]
 
 
 _DATETIME_RE = re.compile(
