@@ -257,6 +257,18 @@ def load_config(
             for k in ("keyring", "state_dir"):
                 if isinstance(acct, dict) and acct.get(k) and not Path(acct[k]).expanduser().is_absolute():
                     acct[k] = str(base / acct[k])
+        mcp = data.get("mcp", {})
+        servers = mcp.get("servers", {}) if isinstance(mcp, dict) else {}
+        if isinstance(servers, dict):
+            # stdio MCP servers run in the config file's folder unless told otherwise, so
+            # `command = ["python", "server.py"]` next to the config works from anywhere.
+            for srv in servers.values():
+                if isinstance(srv, dict) and srv.get("command") and not srv.get("url"):
+                    cwd = srv.get("cwd")
+                    if not cwd:
+                        srv["cwd"] = str(base)
+                    elif isinstance(cwd, str) and not Path(cwd).expanduser().is_absolute():
+                        srv["cwd"] = str(base / cwd)
         ad = data.get("adapters", {})
         if isinstance(ad, dict) and isinstance(ad.get("dirs"), list):
             ad["dirs"] = [
