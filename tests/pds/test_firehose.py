@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import base64
 import secrets
-from collections.abc import AsyncIterator
 from contextlib import aclosing
 
 import pytest
@@ -42,13 +41,6 @@ def record(ct: bytes = CIPHERTEXT) -> dict:
         },
         "createdAt": "2026-01-01T00:00:00.000Z",
     }
-
-
-@pytest.fixture
-async def client(dev_pds: DevPds, pds_account: AccountInfo) -> AsyncIterator[PdsClient]:
-    async with PdsClient(dev_pds.pds_url) as c:
-        await c.login(pds_account.handle, pds_account.app_password)
-        yield c
 
 
 async def collect(

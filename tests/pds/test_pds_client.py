@@ -7,7 +7,6 @@ import hashlib
 import hmac
 import json
 import time
-from collections.abc import AsyncIterator
 
 import httpx
 import pytest
@@ -38,13 +37,6 @@ def message(text_bytes: bytes, status: str = "pending") -> dict:
         },
         "createdAt": "2026-01-01T00:00:00.000Z",
     }
-
-
-@pytest.fixture
-async def client(dev_pds: DevPds, pds_account: AccountInfo) -> AsyncIterator[PdsClient]:
-    async with PdsClient(dev_pds.pds_url) as c:
-        await c.login(pds_account.handle, pds_account.app_password)
-        yield c
 
 
 def _b64url(data: bytes) -> str:
