@@ -286,6 +286,14 @@ class Media:
         }
 
 
+def native_json(tag: str, payload: Any) -> dict[str, Any]:
+    """Wire form of a native block or delta (payload left out when absent)."""
+    out: dict[str, Any] = {"type": "native", "native_tag": tag}
+    if payload is not None:
+        out["native_payload"] = payload
+    return out
+
+
 @dataclass(slots=True)
 class Native:
     """Escape hatch: a provider block the IR has no type for."""
@@ -294,10 +302,7 @@ class Native:
     payload: Any = None
 
     def to_json(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"type": "native", "native_tag": self.tag}
-        if self.payload is not None:
-            out["native_payload"] = self.payload
-        return out
+        return native_json(self.tag, self.payload)
 
 
 Content = Union[Text, ToolUse, ToolResult, Thinking, Refusal, Media, Native]

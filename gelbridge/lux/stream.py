@@ -19,6 +19,7 @@ from typing import Any, Callable, Union
 from gelbridge.lux.diagnostics import ConversionStatus, Diagnostic
 from gelbridge.lux.errors import LuxDecodeError
 from gelbridge.lux.models import (
+    native_json,
     _FINISH,
     Annotation,
     Choice,
@@ -88,10 +89,7 @@ class NativeDelta:
     payload: Any = None
 
     def to_json(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"type": "native", "native_tag": self.tag}
-        if self.payload is not None:
-            out["native_payload"] = self.payload
-        return out
+        return native_json(self.tag, self.payload)
 
 
 @dataclass(slots=True)
