@@ -1,18 +1,27 @@
 """Core turn cost for a 20-message sealed thread (no I/O, no model).
 
-One turn = parse 20 record values (JSON form) + open their sealed content + walk the
-thread + choose model/tools/effort + build the Lux IR request + ``to_json`` +
-``orjson.dumps`` + ``response_to_parts`` of a typical response + seal the reply.
+One turn = look up the 20 records + open (decrypt) their sealed content + walk the
+thread + choose model/tools/effort + build the Lux IR request + the adapter step +
+``response_to_parts`` of a typical response + seal the reply.
 
-With ``--adapter`` steps (always measured too): the Lux request goes through the
-built-in ``openai`` Lua adapter (``provider_body``: conversion + ``transform_request``)
-and a canned OpenAI Chat Completions response body comes back through
-``transform_response`` + ``lux_response_from_adapter`` before ``response_to_parts``.
-Each step's median is printed separately.
+Adapter step: with the built-in ``openai`` Lua adapter (the brief's full bridge
+overhead), the Lux request goes through ``provider_body`` (conversion +
+``transform_request``) and a canned OpenAI Chat Completions response body comes back
+through ``transform_response`` + ``lux_response_from_adapter``; without it, the Lux
+request is serialised with ``to_json`` + ``orjson.dumps`` (issue 2's own measure).
 
-"cold": nothing cached. "warm": parsed/opened records come from an
-``OpenedRecordCache`` keyed by (uri, cid) (the worker's steady state: only the new
-message is new). Run: ``.venv/bin/python scripts/bench_core.py [--profile]``.
+Three states of the records, measured side by side in one run (interleaved batches,
+so a slow spell of the VM hits all of them alike):
+
+- ``cold``: nothing known; all 20 record values are parsed and validated and their
+  content decrypted in the turn (``gelbridge convert``; the first turn after a restart).
+- ``decrypt``: the records are parsed (the worker validated each when it arrived) but
+  every sealed content is decrypted again in the turn: the brief's "decrypt a
+  20-message thread, map, adapter, parse, seal".
+- ``warm``: parsed and opened records come from ``OpenedRecordCache`` by (uri, cid):
+  the worker's steady state, where only the new message is new.
+
+Run: ``.venv/bin/python scripts/bench_core.py [--n=2000] [--profile [--adapter] [--mode=cold]]``.
 """
 
 from __future__ import annotations
@@ -117,8 +126,13 @@ STEPS = ("records", "open", "build", "adapter_req", "adapter_resp", "parts", "se
 
 
 def turn(entries: list[tuple[str, str, dict]], message: str, ring: Keyring, cache: OpenedRecordCache | None,
-         adapter: Adapter | None = None, steps: dict[str, list[float]] | None = None) -> bytes | str:
-    """One turn; with ``steps`` each step's milliseconds are appended to ``steps[name]``."""
+         adapter: Adapter | None = None, steps: dict[str, list[float]] | None = None, *,
+         reuse_opened: bool = True) -> bytes | str:
+    """One turn; with ``steps`` each step's milliseconds are appended to ``steps[name]``.
+
+    ``cache`` None: cold. With a cache, records come from it; their opened content too
+    unless ``reuse_opened`` is False (then every content is decrypted again).
+    """
     clock = time.perf_counter_ns
     t0 = clock()
     by_rkey = {u.rpartition("/")[2]: (u, c, v) for u, c, v in entries}
@@ -136,7 +150,7 @@ def turn(entries: list[tuple[str, str, dict]], message: str, ring: Keyring, cach
     opened = []
     for t in thread.entries:
         uri, cid, _ = by_rkey[t.rkey]
-        if cache is not None:
+        if cache is not None and reuse_opened:
             content = cache.content(uri, cid, t.record, keyring=ring)
         else:
             content = content_of(t.record.content, uri=uri, keyring=ring)
@@ -174,25 +188,44 @@ def turn(entries: list[tuple[str, str, dict]], message: str, ring: Keyring, cach
     return body
 
 
-def measure(fn, n: int) -> tuple[float, float]:
-    times = []
-    for _ in range(n):
-        t0 = time.perf_counter_ns()
-        fn()
-        times.append((time.perf_counter_ns() - t0) / 1e6)
-    times.sort()
-    return statistics.median(times), times[int(len(times) * 0.9)]
-
-
 def load_openai() -> Adapter:
     return AdapterRegistry.load(builtin_adapters_dir()).get("openai")
 
 
-def step_medians(fn, n: int) -> dict[str, float]:
-    steps: dict[str, list[float]] = {k: [] for k in STEPS}
-    for _ in range(n):
-        fn(steps)
-    return {k: statistics.median(v) for k, v in steps.items()}
+MODES = ("cold", "decrypt", "warm")
+TARGET_MS = 1.0
+
+
+def runner(mode: str, entries, last, ring, adapter: Adapter | None):
+    """A ``steps -> None`` callable running one turn with the records in ``mode``."""
+    cache = None if mode == "cold" else OpenedRecordCache()
+    reuse = mode == "warm"
+    if cache is not None:
+        turn(entries, last, ring, cache, adapter, reuse_opened=reuse)  # fill the cache
+
+    def run(steps=None):
+        turn(entries, last, ring, cache, adapter, steps, reuse_opened=reuse)
+
+    return run
+
+
+def interleaved(runs: dict[str, object], rounds: int, batch: int) -> dict[str, list[float]]:
+    """Per-turn milliseconds for each runner, measured in alternating batches."""
+    out: dict[str, list[float]] = {k: [] for k in runs}
+    clock = time.perf_counter_ns
+    for _ in range(rounds):
+        for name, fn in runs.items():
+            times = out[name]
+            for _ in range(batch):
+                t0 = clock()
+                fn()
+                times.append((clock() - t0) / 1e6)
+    return out
+
+
+def pct(xs: list[float], q: float) -> float:
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, int(len(xs) * q))]
 
 
 def main() -> None:
@@ -209,32 +242,38 @@ def main() -> None:
         import cProfile
         import pstats
 
-        use = adapter if "--adapter" in sys.argv else None
-        cProfile.runctx("for _ in range(300): turn(entries, last, ring, None, use)", globals(), locals(),
-                        "/tmp/core.prof")
+        mode = next((a.split("=", 1)[1] for a in sys.argv if a.startswith("--mode=")), "cold")
+        run = runner(mode, entries, last, ring, adapter if "--adapter" in sys.argv else None)
+        cProfile.runctx("for _ in range(300): run()", globals(), locals(), "/tmp/core.prof")
         pstats.Stats("/tmp/core.prof").sort_stats("tottime").print_stats(25)
         return
-    for _ in range(50):
-        turn(entries, last, ring, None)
-        turn(entries, last, ring, None, adapter)
-    cold = measure(lambda: turn(entries, last, ring, None), n)
-    cache = OpenedRecordCache()
-    turn(entries, last, ring, cache)
-    warm = measure(lambda: turn(entries, last, ring, cache), n)
-    cold_a = measure(lambda: turn(entries, last, ring, None, adapter), n)
-    warm_a = measure(lambda: turn(entries, last, ring, cache, adapter), n)
-    print(f"20-message sealed thread, one turn ({len(body)} bytes of request JSON)")
-    print(f"cold: median {cold[0]:.3f} ms  p90 {cold[1]:.3f} ms")
-    print(f"warm: median {warm[0]:.3f} ms  p90 {warm[1]:.3f} ms  (OpenedRecordCache by (uri, cid))")
-    print(f"with openai adapter ({len(pbody)} bytes of provider body; request + canned response):")
-    print(f"  {'':10} {'median':>8} {'p90':>8}")
-    print(f"  {'cold':10} {cold_a[0]:8.3f} {cold_a[1]:8.3f} ms")
-    print(f"  {'warm':10} {warm_a[0]:8.3f} {warm_a[1]:8.3f} ms")
-    sc = step_medians(lambda st: turn(entries, last, ring, None, adapter, st), n)
-    sw = step_medians(lambda st: turn(entries, last, ring, cache, adapter, st), n)
-    print("per step, median ms (cold / warm):")
+    runs = {}
+    for mode in MODES:
+        runs[f"{mode}+adapter"] = runner(mode, entries, last, ring, adapter)
+        runs[mode] = runner(mode, entries, last, ring, None)
+    interleaved(runs, 2, 50)  # warm-up (LuaJIT traces, caches, allocator)
+    batch = 100
+    times = interleaved(runs, max(1, n // batch), batch)
+    print(f"20-message sealed thread, one turn: {len(body)} bytes of Lux IR request JSON, "
+          f"{len(pbody)} bytes of openai provider body; {len(times['cold'])} turns each, "
+          f"interleaved in batches of {batch}")
+    print(f"  {'records':9} {'adapter':>8} {'median':>8} {'p90':>8}   target {TARGET_MS:g} ms")
+    for mode in MODES:
+        for name, label in ((f"{mode}+adapter", "openai"), (mode, "none")):
+            xs = times[name]
+            med = statistics.median(xs)
+            ok = "ok" if med < TARGET_MS else "OVER"
+            print(f"  {mode:9} {label:>8} {med:8.3f} {pct(xs, 0.9):8.3f} ms  {ok}")
+    print("per step with the openai adapter, median ms (" + " / ".join(MODES) + "):")
+    steps = {}
+    for mode in MODES:
+        st: dict[str, list[float]] = {k: [] for k in STEPS}
+        run = runs[f"{mode}+adapter"]
+        for _ in range(max(200, n // 2)):
+            run(st)
+        steps[mode] = {k: statistics.median(v) for k, v in st.items()}
     for k in STEPS:
-        print(f"  {k:13} {sc[k]:7.3f} / {sw[k]:7.3f}")
+        print(f"  {k:13} " + " / ".join(f"{steps[m][k]:6.3f}" for m in MODES))
 
 
 if __name__ == "__main__":
