@@ -44,6 +44,11 @@ and defaults. A record is routed by its DID to that account's worker only, and t
 worker writes only through its own PDS session, whose DID must equal the record's DID
 (checked on every record: :class:`AccountMixup`). There is no path from an event of one
 DID to another account's keyring or repo.
+
+**Same loops as ``gelbridge run``.** Each account's start-up backfill and recovery sweep
+are its worker's (``Worker.backfill``, ``Worker.sweep_loop``), and :meth:`serve` follows
+the sources :func:`gelbridge.worker.intake.watch_sources` builds, as ``Worker.run`` does:
+the bridge adds only the queue, the routing by DID and the thread mode.
 """
 
 from __future__ import annotations
@@ -55,16 +60,13 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Awaitable, Callable, Iterable, Mapping
-from contextlib import aclosing
 from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
-from gelbridge.backoff import backoff_delay
 from gelbridge.config import Settings, load_config
-from gelbridge.errors import ConfigError, FirehoseError, GelbridgeError, PdsError
-from gelbridge.firehose import StreamMarker, subscribe_repos
+from gelbridge.errors import ConfigError, GelbridgeError
 from gelbridge.ingest import (
     IncomingRecord,
     RecordFilter,
@@ -73,6 +75,7 @@ from gelbridge.ingest import (
     from_record,
 )
 from gelbridge.state import StateStore
+from gelbridge.worker.intake import backfill_logged, deliver, watch_sources
 
 log = logging.getLogger("gelbridge.bridge")
 
@@ -164,6 +167,8 @@ class Bridge:
         self._running = False
         self._thread: threading.Thread | None = None
         self.stats: Counter[str] = Counter()
+        self.sources: dict[str, Any] = {}  # what serve() follows, by name (after source_coroutines())
+        self.jetstream: Any = None  # the JetstreamSource, for source = "jetstream"
 
     @classmethod
     def from_config(cls, path: str | Path | None = None, **kw: Any) -> Bridge:
@@ -231,10 +236,12 @@ class Bridge:
         self._room = asyncio.Event()
         self._tasks = [asyncio.create_task(self._dispatch(q), name=f"bridge-shard-{i}")
                        for i, q in enumerate(self._shards)]
-        self._tasks.append(asyncio.create_task(self._sweep(), name="bridge-sweep"))
-        if self.backfill_on_start:
-            for ctx in self._by_did.values():
-                self._tasks.append(asyncio.create_task(self._backfill(ctx), name=f"backfill-{ctx.label}"))
+        for ctx in self._by_did.values():  # the same upkeep as gelbridge run, per account
+            self._tasks.append(asyncio.create_task(ctx.worker.sweep_loop(self._sweep_interval),
+                                                   name=f"sweep-{ctx.label}"))
+            if self.backfill_on_start:
+                self._tasks.append(asyncio.create_task(backfill_logged(ctx.label, ctx.worker),
+                                                       name=f"backfill-{ctx.label}"))
         self._running = True
         log.info("bridge serving %d account(s)", len(self._by_did))
 
@@ -385,10 +392,7 @@ class Bridge:
             self.stats["unrouted"] += 1
             return "ignored"
         ctx.check(rec.did)
-        result: str = await ctx.worker.handle_event(
-            rec.did, rec.collection, rec.rkey, rec.cid, rec.record, action=rec.action,
-            received_at=received_at,
-        )
+        result = await deliver(ctx.worker, rec, received_at)
         self.stats[f"handled-{result}"] += 1
         return result
 
@@ -404,23 +408,6 @@ class Bridge:
                 log.error("record %s/%s of %s failed (%s)", rec.collection, rec.rkey, rec.did, type(e).__name__)
             finally:
                 self._release()
-
-    async def _backfill(self, ctx: AccountContext) -> None:
-        try:
-            rep = await ctx.worker.backfill()
-            log.info("account %s: backfill found %d owed, resumed %d", ctx.label, rep.owed, rep.resumed)
-        except Exception as e:  # noqa: BLE001
-            log.error("account %s: backfill failed (%s)", ctx.label, type(e).__name__)
-
-    async def _sweep(self) -> None:
-        """Finish claims left unfinished (failed writes), like ``gelbridge run`` does."""
-        while True:
-            await asyncio.sleep(self._sweep_interval)
-            for ctx in list(self._by_did.values()):
-                try:
-                    await ctx.worker.recover_claims()
-                except Exception as e:  # noqa: BLE001
-                    log.warning("account %s: recovery sweep failed (%s)", ctx.label, type(e).__name__)
 
     # --- running its own sources -------------------------------------------------------------------
 
@@ -442,75 +429,18 @@ class Bridge:
             for t in tasks:
                 t.cancel()
             await asyncio.wait(tasks, timeout=5)
+            for src in self.sources.values():  # records being handled finish (bounded)
+                if hasattr(src, "drain"):
+                    await src.drain(timeout=5)
 
     def source_coroutines(self) -> list[tuple[str, Awaitable[None]]]:
-        """``(name, coroutine)`` of every event source :meth:`serve` runs."""
-        w = self.settings.watch
-        if w.source == "jetstream":
-            from gelbridge.jetstream import JetstreamSource
-
-            if not w.url:
-                raise ConfigError('[watch] source = "jetstream" needs url = "wss://<jetstream host>"')
-            self.jetstream = JetstreamSource(w.url, self._by_did, self.store, self.process)
-            return [("jetstream", self.jetstream.run())]
-        if w.source == "poll":
-            from gelbridge.worker.sources import PollSource
-
-            out = []
-            for ctx in self._by_did.values():
-                src = PollSource(ctx.worker.pds, ctx.did, ctx.worker.store, self._repo_event_handler,
-                                 interval=w.poll_interval)
-                out.append((f"poll-{ctx.label}", src.run()))
-            return out
-        hosts: dict[str, list[AccountContext]] = {}
-        for ctx in self._by_did.values():
-            hosts.setdefault(ctx.worker.pds.pds_url.rstrip("/"), []).append(ctx)
-        return [(f"firehose-{h}", self._firehose_host(h, ctxs)) for h, ctxs in hosts.items()]
-
-    async def _repo_event_handler(self, ev: Any) -> None:
-        await self.process(IncomingRecord.from_repo_event(ev))
-
-    async def _firehose_host(self, pds_url: str, ctxs: list[AccountContext]) -> None:
-        """One PDS subscription for all accounts on that host; records handled in seq
-        order, the seq saved after each one's effects; bounded exponential backoff."""
-        from gelbridge.worker.sources import firehose_cursor_key
-
-        dids = {c.did for c in ctxs}
-        key = firehose_cursor_key(pds_url, next(iter(dids))) if len(dids) == 1 else \
-            f"firehose:{pds_url}:" + "+".join(sorted(dids))
-        saved = self.store.get_cursor(key)
-        cursor = saved if isinstance(saved, int) else None
-        failures = 0
-        while True:
-            try:
-                async with aclosing(subscribe_repos(pds_url, cursor=cursor, did_filter=dids, markers=True)) as stream:
-                    failures = 0
-                    async for item in stream:
-                        if isinstance(item, StreamMarker):
-                            gap = (item.kind == "#info" and item.name == "OutdatedCursor") or item.kind == "#sync"
-                            for ctx in ctxs:
-                                if gap and (item.did is None or item.did == ctx.did):
-                                    self._tasks.append(asyncio.create_task(self._backfill(ctx)))
-                            continue
-                        try:
-                            await self.process(IncomingRecord.from_repo_event(item), time.monotonic())
-                        except Exception as e:  # noqa: BLE001
-                            log.error("firehose record %s seq %d failed (%s)", item.rkey, item.seq, type(e).__name__)
-                        cursor = item.seq
-                        self.store.set_cursor(key, cursor)
-            except FirehoseError as e:
-                if e.error == "FutureCursor":
-                    log.warning("%s does not know cursor %s; starting from now + backfill", pds_url, cursor)
-                    cursor = None
-                    for ctx in ctxs:
-                        self._tasks.append(asyncio.create_task(self._backfill(ctx)))
-                else:
-                    log.warning("firehose of %s: %s", pds_url, e)
-            except PdsError as e:
-                log.warning("firehose of %s disconnected (%s)", pds_url, type(e).__name__)
-            failures += 1
-            delay = backoff_delay(failures, base=0.5, cap=30.0)
-            await asyncio.sleep(delay)
+        """``(name, coroutine)`` of every event source :meth:`serve` runs: the sources
+        ``gelbridge run`` follows, built for every account. A firehose subscription
+        handles its records one at a time, in seq order, and saves the seq after each."""
+        self.sources = dict(watch_sources(self.settings.watch, {c.label: c.worker for c in self._by_did.values()},
+                                          self.store, self.process, firehose_in_flight=1))
+        self.jetstream = self.sources.get("jetstream")
+        return [(name, src.run()) for name, src in self.sources.items()]
 
     # --- synchronous use ---------------------------------------------------------------------------
 

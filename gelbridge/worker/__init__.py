@@ -8,9 +8,11 @@
 - ``timing``: per-turn PDS read time;
 - ``turn``: one turn, from claim to final write;
 - ``scheduler``: per-conversation order, bounded concurrency, regeneration cancels;
-- ``sources``: firehose (durable cursor, reconnect) and poll;
-- ``service``: :class:`Worker` (start-up, ``handle_event``, backfill, recovery, shutdown)
-  and ``status_report``.
+- ``sources``: firehose (durable cursor, reconnect; one or several accounts) and poll;
+- ``intake``: the sources ``[watch]`` asks for, built for a set of workers, and where
+  their records, gaps and reconnects go: one intake for ``Worker.run`` and the ``Bridge``;
+- ``service``: :class:`Worker` (start-up, ``handle_event``, backfill, recovery sweep,
+  the ``run`` loop, shutdown) and ``status_report``.
 
 See docs/worker.md.
 """

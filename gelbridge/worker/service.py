@@ -12,7 +12,10 @@ Library use (a firehose/Jetstream consumer of your own feeds events in)::
 ``handle_event`` returns once the event's effects are durable (the claim is written, or
 nothing is to be done): only then may a consumer advance its own cursor. Turns run in
 the background (:class:`~gelbridge.worker.scheduler.Scheduler`). ``run()`` is the
-``gelbridge run`` loop: start, backfill, watch (firehose or poll), stop on a signal.
+``gelbridge run`` loop: start, backfill, watch (firehose or poll), stop on a signal. Its
+sources are built by :mod:`gelbridge.worker.intake`, as the ``Bridge``'s are; the
+upkeep both run per account is here: ``backfill``, ``recover_claims``, ``sweep_loop``,
+``reconnected``.
 """
 
 from __future__ import annotations
@@ -43,6 +46,7 @@ from gelbridge.records.models import ReplyError
 from gelbridge.sealing import Keyring
 from gelbridge.state import FINISHED_STATUSES, Claim, StateStore
 from gelbridge.worker.decide import Ask, ask_of, decide_existing_reply, error_message, peek_ask
+from gelbridge.worker.intake import deliver, watch_sources
 from gelbridge.worker.repo import SIDE_RECORD_TYPES, Entry, RepoView, SideRecords
 from gelbridge.worker.scheduler import Scheduler
 from gelbridge.worker.sources import FirehoseSource, PollSource, firehose_cursor_key
@@ -392,7 +396,7 @@ class Worker:
         await job.writer.final([], status=STATUS_CANCELLED)
         self.store.update_claim_status(job.ask.reply_rkey, "cancelled")
 
-    # --- backfill and recovery -------------------------------------------------------------
+    # --- backfill and recovery (per account; gelbridge run and the Bridge alike) ----------
 
     async def backfill(self) -> BackfillReport:
         """List every message; claim what is owed; resume our unfinished replies."""
@@ -471,7 +475,9 @@ class Worker:
         except ClaimConflict:
             self.store.update_claim_status(claim.reply_rkey, "cancelled", "claimed_elsewhere")
 
-    async def _sweep_loop(self, interval: float = 30.0) -> None:
+    async def sweep_loop(self, interval: float = 30.0) -> None:
+        """Until cancelled: :meth:`recover_claims` every ``interval`` s, and at once after
+        :meth:`reconnected`. A failed sweep is logged; the next one tries again."""
         while True:
             try:
                 await asyncio.wait_for(self._sweep_wake.wait(), interval)
@@ -482,6 +488,12 @@ class Worker:
                 await self.recover_claims()
             except Exception as e:  # noqa: BLE001
                 log.warning("recovery sweep failed (%s)", type(e).__name__)
+
+    def reconnected(self) -> None:
+        """The event stream came back after a disconnect: events may have been missed (drop
+        the cached conversation/settings records) and writes may have failed (sweep now)."""
+        self.side.clear()
+        self._sweep_wake.set()
 
     # --- the run loop -------------------------------------------------------------------------
 
@@ -495,21 +507,17 @@ class Worker:
             s = self.settings
             if s.watch.source == "jetstream":
                 raise ConfigError("[watch] source = \"jetstream\" is not supported yet; use firehose or poll")
-            if s.watch.source == "poll":
-                self.source = PollSource(self.pds, self.did, self.store, self._handle_logged,
-                                         interval=s.watch.poll_interval)
-            else:
-                self.source = FirehoseSource(self.pds.pds_url, self.did, self.store, self._handle_logged,
-                                             on_gap=self._gap_backfill)
-                self._tasks.append(asyncio.create_task(self.source.run(), name="firehose"))
-                self._tasks.append(asyncio.create_task(self._reconnect_watch(), name="reconnect-watch"))
+            [(name, self.source)] = watch_sources(s.watch, {self.handle: self}, self.store,
+                                                  lambda rec: deliver(self, rec))
+            if isinstance(self.source, FirehoseSource):  # live during the backfill: no gap between them
+                self._tasks.append(asyncio.create_task(self.source.run(), name=name))
             if s.worker.backfill:
                 rep = await self.backfill()
                 self._say(f"  backfill   {rep.messages} message(s) asking for replies, {rep.owed} owed, "
                           f"{rep.resumed} unfinished resumed, {rep.unfinished_claims} claim(s) recovered")
             if isinstance(self.source, PollSource):
-                self._tasks.append(asyncio.create_task(self.source.run(), name="poll"))
-            self._tasks.append(asyncio.create_task(self._sweep_loop(), name="sweep"))
+                self._tasks.append(asyncio.create_task(self.source.run(), name=name))
+            self._tasks.append(asyncio.create_task(self.sweep_loop(), name="sweep"))
             self._say("ready: answering messages (Ctrl-C to stop)")
             if ready is not None:
                 ready.set()
@@ -521,24 +529,6 @@ class Worker:
                     raise t.exception()  # type: ignore[misc]
         finally:
             await self.aclose()
-
-    async def _handle_logged(self, ev: RepoEvent) -> None:
-        await self.handle_repo_event(ev)
-
-    async def _gap_backfill(self) -> None:
-        await self.backfill()
-
-    async def _reconnect_watch(self) -> None:
-        """After each firehose reconnect, sweep unfinished claims (writes may have failed)."""
-        src = self.source
-        assert isinstance(src, FirehoseSource)
-        seen = 0
-        while True:
-            await asyncio.sleep(0.5)
-            if src.reconnects != seen and src.connected.is_set():
-                seen = src.reconnects
-                self.side.clear()  # events may have been missed while disconnected
-                self._sweep_wake.set()
 
     async def wait_idle(self, timeout: float | None = None) -> bool:
         return await self.scheduler.wait_idle(timeout)

@@ -1,17 +1,21 @@
 """Where events come from: the PDS firehose (default) or periodic listRecords (poll).
 
-Both feed :class:`RepoEvent`-shaped events into one handler (``Worker.handle_event``),
-which returns once the event's effects are durable: the claim is written (on the PDS and
-in the state store) or it decided there is nothing to do.
+Both feed :class:`RepoEvent`-shaped events into one handler, which returns once the
+event's effects are durable: the claim is written (on the PDS and in the state store) or
+it decided there is nothing to do. ``gelbridge run`` (one account) and the library's
+``Bridge`` (every account of a PDS host on one subscription) build them the same way
+(:mod:`gelbridge.worker.intake`).
 
-**Firehose cursor** (``[watch] source = "firehose"``): events are handled concurrently
-(bounded), so the saved cursor is a *low-water mark*: the highest ``seq`` such that
-every event up to it is done (:class:`CursorTracker`). A crash replays at most the
-events in flight, and replays are harmless (claims are create-only, the state store
-remembers them). Reconnects resume from the last seq *received* (earlier ones are still
-being handled in this process) with bounded exponential backoff. ``FutureCursor`` (the
-PDS was reset) drops the cursor; ``OutdatedCursor`` (events were lost) triggers a
-backfill.
+**Firehose cursor** (``[watch] source = "firehose"``): events may be handled
+concurrently (at most ``max_in_flight``; ``1`` handles them in seq order), so the saved
+cursor is a *low-water mark*: the highest ``seq`` such that every event up to it is done
+(:class:`CursorTracker`). A crash replays at most the events in flight, and replays are
+harmless (claims are create-only, the state store remembers them). Reconnects resume
+from the last seq *received* (earlier ones are still being handled in this process) with
+bounded exponential backoff, then tell ``on_reconnect`` (events may have been missed
+while down). ``FutureCursor`` (the PDS was reset) drops the cursor and, like
+``OutdatedCursor`` (events were lost) and ``#sync`` (a repo was reset), calls ``on_gap``
+(a backfill of the accounts concerned).
 
 **Poll** (``[watch] source = "poll"``): every ``poll_interval`` seconds list all message
 records and handle those whose ``(rkey, cid)`` was not handled before (state store
@@ -22,7 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from contextlib import aclosing
 from typing import Any
 
@@ -34,6 +38,8 @@ from gelbridge.records.constants import MESSAGE_COLLECTION
 log = logging.getLogger("gelbridge.worker.sources")
 
 Handler = Callable[[RepoEvent], Awaitable[None]]
+#: Events of ``did`` (None: of any repo on the subscription) may have been missed.
+GapHandler = Callable[[str | None], Awaitable[None]]
 
 
 class CursorTracker:
@@ -71,32 +77,40 @@ class CursorTracker:
         return sum(self._open.values())
 
 
-def firehose_cursor_key(pds_url: str, did: str) -> str:
-    return f"firehose:{pds_url.rstrip('/')}:{did}"
+def firehose_cursor_key(pds_url: str, dids: str | Iterable[str]) -> str:
+    """The state-store key of the cursor of one subscription: its PDS and the DIDs it
+    carries (one DID: the key ``gelbridge run`` and ``gelbridge status`` use)."""
+    names = [dids] if isinstance(dids, str) else sorted(set(dids))
+    return f"firehose:{pds_url.rstrip('/')}:" + "+".join(names)
 
 
 class FirehoseSource:
-    """Subscribe, dispatch, save the cursor, reconnect with backoff, until stopped."""
+    """Subscribe (the repos of ``dids``), dispatch, save the cursor, reconnect with
+    backoff, until stopped."""
 
     def __init__(
         self,
         pds_url: str,
-        did: str,
+        dids: str | Iterable[str],
         store: Any,
         handler: Handler,
         *,
-        on_gap: Callable[[], Awaitable[None]] | None = None,
+        on_gap: GapHandler | None = None,
+        on_reconnect: Callable[[], None] | None = None,
         max_in_flight: int = 64,
         backoff_base: float = 0.5,
         backoff_cap: float = 30.0,
         open_timeout: float = 10.0,
     ) -> None:
         self.pds_url = pds_url
-        self.did = did
+        self.dids = frozenset({dids} if isinstance(dids, str) else dids)
+        if not self.dids:
+            raise ValueError("a firehose source needs at least one DID")
         self.store = store
         self.handler = handler
         self.on_gap = on_gap
-        self.key = firehose_cursor_key(pds_url, did)
+        self.on_reconnect = on_reconnect
+        self.key = firehose_cursor_key(pds_url, self.dids)
         saved = store.get_cursor(self.key)
         self.tracker = CursorTracker(saved if isinstance(saved, int) else None)
         self._slots = asyncio.Semaphore(max_in_flight)
@@ -133,7 +147,7 @@ class FirehoseSource:
             try:
                 async with aclosing(
                     subscribe_repos(
-                        self.pds_url, cursor=cursor, did_filter={self.did}, markers=True,
+                        self.pds_url, cursor=cursor, did_filter=set(self.dids), markers=True,
                         open_timeout=self.open_timeout,
                     )
                 ) as stream:
@@ -141,6 +155,8 @@ class FirehoseSource:
                     if failures:
                         log.info("firehose reconnected (cursor %s)", cursor)
                     failures = 0
+                    if self.reconnects:
+                        self._reconnected()
                     async for item in stream:
                         if isinstance(item, StreamMarker):
                             await self._marker(item)
@@ -155,7 +171,7 @@ class FirehoseSource:
                 if e.error == "FutureCursor":
                     log.warning("the PDS does not know cursor %s (was it reset?); starting from now", cursor)
                     self.tracker = CursorTracker(None)
-                    await self._gap()
+                    await self._gap(None)
                 else:
                     log.warning("firehose error: %s", e)
             except PdsError as e:
@@ -171,17 +187,24 @@ class FirehoseSource:
 
     async def _marker(self, m: StreamMarker) -> None:
         if m.kind == "#info" and m.name == "OutdatedCursor":
-            await self._gap()
+            await self._gap(None)
         elif m.kind == "#sync":
-            log.warning("the repo was reset (#sync); running a backfill")
-            await self._gap()
+            log.warning("a repo was reset (#sync); running a backfill")
+            await self._gap(m.did)
 
-    async def _gap(self) -> None:
+    async def _gap(self, did: str | None) -> None:
         if self.on_gap is not None:
             try:
-                await self.on_gap()
+                await self.on_gap(did)
             except Exception as e:  # noqa: BLE001
                 log.error("backfill after a firehose gap failed (%s)", type(e).__name__)
+
+    def _reconnected(self) -> None:
+        if self.on_reconnect is not None:
+            try:
+                self.on_reconnect()
+            except Exception as e:  # noqa: BLE001 - never ends the watch
+                log.error("reconnect hook failed (%s)", type(e).__name__)
 
     async def drain(self, timeout: float) -> None:
         """Wait (bounded) for events being handled."""

@@ -33,6 +33,8 @@ class StandInWorker:
         self.calls: list[tuple[str, str, str, str]] = []
         self.gate: asyncio.Event | None = None
         self.closed = False
+        self.backfills = 0
+        self.sweep_interval: float | None = None
 
     async def start(self) -> None: ...
 
@@ -44,10 +46,12 @@ class StandInWorker:
         return "claimed"
 
     async def backfill(self) -> Any:
+        self.backfills += 1
         return SimpleNamespace(owed=0, resumed=0)
 
-    async def recover_claims(self) -> int:
-        return 0
+    async def sweep_loop(self, interval: float) -> None:
+        self.sweep_interval = interval
+        await asyncio.Event().wait()  # until cancelled
 
     async def aclose(self, grace: float | None = None) -> None:
         self.closed = True
@@ -88,6 +92,22 @@ async def test_records_reach_only_the_worker_of_their_did(tmp_path: Path) -> Non
     assert wa.calls == [(A, MSG, "ka", "create")]
     assert sorted(wb.calls) == [(B, MSG, "kb", "create"), (B, MSG, "kb2", "delete")]  # two messages: any order
     assert wa.closed and wb.closed
+
+
+async def test_every_account_gets_the_upkeep_of_gelbridge_run(tmp_path: Path) -> None:
+    """Start-up backfill and recovery sweep are each worker's own (Worker.backfill,
+    Worker.sweep_loop), started by the bridge for every account."""
+    async with Bridge(two_accounts(tmp_path), worker_factory=StandInWorker, sweep_interval=7.0) as b:
+        wa, wb = worker_of(b, A), worker_of(b, B)
+        for _ in range(100):
+            if wa.backfills and wb.backfills and wa.sweep_interval and wb.sweep_interval:
+                break
+            await asyncio.sleep(0.01)
+        assert (wa.backfills, wb.backfills) == (1, 1)
+        assert wa.sweep_interval == wb.sweep_interval == 7.0
+    async with bridge(tmp_path) as b:  # backfill=False
+        await asyncio.sleep(0.05)
+        assert worker_of(b, A).backfills == 0 and worker_of(b, A).sweep_interval == 30.0
 
 
 async def test_a_worker_whose_session_is_another_account_is_refused(tmp_path: Path) -> None:

@@ -1,0 +1,117 @@
+"""The one intake of ``gelbridge run`` (:meth:`Worker.run`, one account) and of the
+library's :class:`~gelbridge.bridge.Bridge` (many accounts): the event sources
+``[watch]`` asks for, built for a set of workers, and where their events, gaps and
+reconnects go.
+
+- ``firehose``: one :class:`FirehoseSource` per PDS host, carrying every account on it
+  (one, for ``gelbridge run``); ``poll``: one :class:`PollSource` per account;
+  ``jetstream``: one :class:`~gelbridge.jetstream.JetstreamSource` for all accounts.
+- Every record goes to one handler as an :class:`IncomingRecord` (the worker's
+  ``handle_event`` via :func:`deliver` for one account; ``Bridge.process``, which routes
+  by DID and checks the account, for many); it returns once the record's effects are
+  durable, so the source may move its cursor past it.
+- A firehose gap (``OutdatedCursor``, a repo's ``#sync``, ``FutureCursor``) backfills the
+  accounts it concerns (:func:`backfill_logged`); a reconnect tells their workers
+  (:meth:`Worker.reconnected`: cached side records dropped, recovery sweep now).
+
+The per-account work itself stays on the :class:`~gelbridge.worker.Worker`:
+``backfill``, ``recover_claims`` and ``sweep_loop``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+from gelbridge.config import WatchConfig
+from gelbridge.errors import ConfigError
+from gelbridge.firehose import RepoEvent
+from gelbridge.ingest import IncomingRecord
+from gelbridge.worker.sources import FirehoseSource, GapHandler, PollSource
+
+if TYPE_CHECKING:
+    from gelbridge.jetstream import JetstreamSource
+
+log = logging.getLogger("gelbridge.worker.intake")
+
+#: Takes one record of ours; returns once its effects are durable.
+RecordHandler = Callable[[IncomingRecord], Awaitable[Any]]
+
+
+async def deliver(worker: Any, rec: IncomingRecord, received_at: float | None = None) -> str:
+    """Hand ``rec`` to ``worker.handle_event``; its decision, once the effects are durable."""
+    result: str = await worker.handle_event(
+        rec.did, rec.collection, rec.rkey, rec.cid, rec.record, action=rec.action, received_at=received_at,
+    )
+    return result
+
+
+async def backfill_logged(label: str, worker: Any, why: str = "start-up") -> None:
+    """``worker.backfill()`` in the background: its outcome is logged, never raised (the
+    live source and the recovery sweeps carry on either way)."""
+    try:
+        rep = await worker.backfill()
+    except Exception as e:  # noqa: BLE001
+        log.error("account %s: %s backfill failed (%s)", label, why, type(e).__name__)
+        return
+    log.info("account %s: %s backfill found %d owed, resumed %d", label, why, rep.owed, rep.resumed)
+
+
+def watch_sources(
+    watch: WatchConfig,
+    workers: Mapping[str, Any],
+    store: Any,
+    handler: RecordHandler,
+    *,
+    firehose_in_flight: int = 64,
+) -> list[tuple[str, FirehoseSource | PollSource | JetstreamSource]]:
+    """``(name, source)`` for every event source ``watch`` asks for, serving ``workers``
+    (started, by account label). ``store`` keeps the firehose and Jetstream cursors (a poll
+    source uses its worker's own store); ``firehose_in_flight`` bounds the records of one
+    subscription handled at once (1: in seq order). Run each with ``await source.run()``."""
+    if watch.source == "jetstream":
+        from gelbridge.jetstream import JetstreamSource
+
+        if not watch.url:
+            raise ConfigError('[watch] source = "jetstream" needs url = "wss://<jetstream host>"')
+        return [("jetstream", JetstreamSource(watch.url, [w.did for w in workers.values()], store, handler))]
+    on_event = _repo_events_to(handler)
+    if watch.source == "poll":
+        return [(f"poll-{label}", PollSource(w.pds, w.did, w.store, on_event, interval=watch.poll_interval))
+                for label, w in workers.items()]
+    hosts: dict[str, list[tuple[str, Any]]] = {}
+    for label, w in workers.items():
+        hosts.setdefault(w.pds.pds_url.rstrip("/"), []).append((label, w))
+    return [
+        (f"firehose-{host}", FirehoseSource(
+            host, [w.did for _, w in group], store, on_event, on_gap=_backfill_gap(group),
+            on_reconnect=_tell_reconnected(group), max_in_flight=firehose_in_flight,
+        ))
+        for host, group in hosts.items()
+    ]
+
+
+def _repo_events_to(handler: RecordHandler) -> Callable[[RepoEvent], Awaitable[None]]:
+    async def on_event(ev: RepoEvent) -> None:
+        await handler(IncomingRecord.from_repo_event(ev))
+
+    return on_event
+
+
+def _backfill_gap(group: Sequence[tuple[str, Any]]) -> GapHandler:
+    """Backfill the accounts of ``group`` a gap concerns (``did``, or all of them for None)."""
+
+    async def on_gap(did: str | None) -> None:
+        await asyncio.gather(*(backfill_logged(label, w, "gap") for label, w in group if did in (None, w.did)))
+
+    return on_gap
+
+
+def _tell_reconnected(group: Sequence[tuple[str, Any]]) -> Callable[[], None]:
+    def on_reconnect() -> None:
+        for _, w in group:
+            w.reconnected()
+
+    return on_reconnect

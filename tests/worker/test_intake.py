@@ -1,0 +1,125 @@
+"""The intake shared by `gelbridge run` and the Bridge (gelbridge.worker.intake): which
+sources [watch] gives for a set of workers, and where gaps, reconnects and records go.
+Stand-in workers, no network (the sources are built, not run)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from gelbridge.config import WatchConfig
+from gelbridge.errors import ConfigError
+from gelbridge.firehose import RepoEvent
+from gelbridge.ingest import IncomingRecord
+from gelbridge.records.constants import MESSAGE_COLLECTION
+from gelbridge.state import StateStore
+from gelbridge.worker.intake import backfill_logged, deliver, watch_sources
+from gelbridge.worker.sources import FirehoseSource, PollSource, firehose_cursor_key
+
+A, B, C = "did:plc:aaaa", "did:plc:bbbb", "did:plc:cccc"
+
+
+class StandIn:
+    def __init__(self, did: str, pds_url: str, store: Any = None, fail: bool = False) -> None:
+        self.did, self.store, self.fail = did, store, fail
+        self.pds = SimpleNamespace(pds_url=pds_url)
+        self.backfills = 0
+        self.reconnects = 0
+        self.events: list[tuple[Any, ...]] = []
+
+    async def backfill(self) -> Any:
+        self.backfills += 1
+        if self.fail:
+            raise RuntimeError("boom")
+        return SimpleNamespace(owed=1, resumed=0)
+
+    def reconnected(self) -> None:
+        self.reconnects += 1
+
+    async def handle_event(self, did: str, collection: str, rkey: str, cid: Any, record: Any, *,
+                           action: str = "create", received_at: float | None = None) -> str:
+        self.events.append((did, collection, rkey, cid, record, action, received_at))
+        return "claimed"
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Any:
+    with StateStore.open_dir(tmp_path) as s:
+        yield s
+
+
+def three_accounts() -> dict[str, StandIn]:
+    return {"a": StandIn(A, "http://127.0.0.1:1/"), "b": StandIn(B, "http://127.0.0.1:1"),
+            "c": StandIn(C, "http://127.0.0.1:2")}
+
+
+async def test_firehose_one_subscription_per_host_carrying_its_accounts(store: Any) -> None:
+    store.set_cursor(firehose_cursor_key("http://127.0.0.1:2", C), 41)
+    got = dict(watch_sources(WatchConfig(), three_accounts(), store, _ignore, firehose_in_flight=1))
+    assert set(got) == {"firehose-http://127.0.0.1:1", "firehose-http://127.0.0.1:2"}
+    one, two = got["firehose-http://127.0.0.1:1"], got["firehose-http://127.0.0.1:2"]
+    assert isinstance(one, FirehoseSource) and isinstance(two, FirehoseSource)
+    assert one.dids == {A, B} and two.dids == {C}
+    # one DID: the key gelbridge run and gelbridge status use; several: all of them
+    assert one.key == f"firehose:http://127.0.0.1:1:{A}+{B}" and two.key == f"firehose:http://127.0.0.1:2:{C}"
+    assert one.cursor is None and two.cursor == 41  # resumes from the saved low-water mark
+    assert one._slots._value == 1  # in seq order, one at a time
+
+
+async def test_a_gap_backfills_only_the_accounts_it_concerns_and_a_reconnect_tells_them(store: Any) -> None:
+    ws = three_accounts()
+    src = dict(watch_sources(WatchConfig(), ws, store, _ignore))["firehose-http://127.0.0.1:1"]
+    await src._gap(B)  # a #sync of B's repo
+    assert [w.backfills for w in ws.values()] == [0, 1, 0]
+    await src._gap(None)  # OutdatedCursor / FutureCursor: every account on the subscription
+    assert [w.backfills for w in ws.values()] == [1, 2, 0]
+    src._reconnected()
+    assert [w.reconnects for w in ws.values()] == [1, 1, 0]
+
+
+async def test_a_failed_gap_backfill_is_logged_not_raised(store: Any, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level("INFO", logger="gelbridge.worker.intake")
+    ws = {"a": StandIn(A, "http://h", fail=True), "b": StandIn(B, "http://h")}
+    src = dict(watch_sources(WatchConfig(), ws, store, _ignore))["firehose-http://h"]
+    await src._gap(None)
+    assert ws["a"].backfills == ws["b"].backfills == 1
+    assert "account a: gap backfill failed (RuntimeError)" in caplog.text
+    await backfill_logged("b", ws["b"])
+    assert "account b: start-up backfill found 1 owed" in caplog.text
+
+
+async def test_firehose_and_poll_records_reach_the_handler_as_incoming_records(store: Any) -> None:
+    ws = {"a": StandIn(A, "http://h", store=store)}
+    seen: list[IncomingRecord] = []
+
+    async def handler(rec: IncomingRecord) -> None:
+        seen.append(rec)
+
+    for watch in (WatchConfig(), WatchConfig(source="poll", poll_interval=3)):
+        [(_name, src)] = watch_sources(watch, ws, store, handler)
+        await src.handler(RepoEvent(seq=7, did=A, collection=MESSAGE_COLLECTION, rkey="k", action="update",
+                                    cid="bafy", record={"role": "user"}))
+    assert seen == [IncomingRecord(A, MESSAGE_COLLECTION, "k", "bafy", {"role": "user"}, 7, "update")] * 2
+    assert isinstance(src, PollSource) and src.store is store and src.did == A and src.interval == 3
+
+
+async def test_deliver_passes_every_field_to_handle_event() -> None:
+    w = StandIn(A, "http://h")
+    rec = IncomingRecord(A, MESSAGE_COLLECTION, "k", None, None, 9, "delete")
+    assert await deliver(w, rec, 12.5) == "claimed"
+    assert w.events == [(A, MESSAGE_COLLECTION, "k", None, None, "delete", 12.5)]
+
+
+def test_jetstream_is_one_connection_for_all_accounts_and_needs_a_url(store: Any) -> None:
+    with pytest.raises(ConfigError, match="needs url"):
+        watch_sources(WatchConfig(source="jetstream"), three_accounts(), store, _ignore)
+    [(name, src)] = watch_sources(WatchConfig(source="jetstream", url="ws://127.0.0.1:3"), three_accounts(),
+                                  store, _ignore)
+    assert name == "jetstream" and src.filter.dids == {A, B, C} and src.handler is _ignore
+
+
+async def _ignore(rec: IncomingRecord) -> None:
+    return None
