@@ -15,11 +15,13 @@ import sys
 import time
 from collections import Counter
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from gelbridge.config import Settings
 from gelbridge.dev.model_server import ModelServer, RecordedRequest, ToolCall, Turn
 from gelbridge.dev.pds import AccountInfo, DevPds
 from gelbridge.records import PlainContent, TextPart, ToolApprovalPart, ToolCallPart, ToolResultPart, new_tid
@@ -113,29 +115,30 @@ def counting(tmp_path: Path) -> tuple[Path, Path]:
     return tmp_path / "executions.log", tmp_path / "gate"
 
 
-def tool_settings(dev_pds: DevPds, account: AccountInfo, tmp_path: Path, model_url: str,
-                  count_file: Path, gate_file: Path) -> Any:
+@pytest.fixture
+def tool_settings(dev_pds: DevPds, pds_account: AccountInfo, tmp_path: Path, model_server: ModelServer,
+                  counting: tuple[Path, Path]) -> Settings:
+    """An in-process worker's settings: the echo model and the counting MCP server."""
     return make_settings(
-        dev_pds.pds_url, account, tmp_path / "state", model_url,
+        dev_pds.pds_url, pds_account, tmp_path / "state", model_server.url,
         defaults={"model": {"provider": "local", "id": "echo-1"}, "tools": TOOLS},
         tools={"call_timeout": 60},
-        mcp=mcp_servers(count_file, gate_file),
+        mcp=mcp_servers(*counting),
     )
 
 
 async def test_mcp_tools_auto_run_in_parallel_and_in_a_loop_each_exactly_once(
-    dev_pds: DevPds, pds_account: AccountInfo, keyring: tuple[Keyring, str], app: App,
-    model_server: ModelServer, tmp_path: Path, counting: tuple[Path, Path],
+    tool_settings: Settings, pds_account: AccountInfo, keyring: tuple[Keyring, str], app: App,
+    model_server: ModelServer, counting: tuple[Path, Path],
 ) -> None:
-    count_file, gate_file = counting
-    settings = tool_settings(dev_pds, pds_account, tmp_path, model_server.url, count_file, gate_file)
+    count_file = counting[0]
     model_server.enqueue(
         Turn(tool_calls=[ToolCall("mcp_j_lookup", {"text": "a"}, id="l1"),
                          ToolCall("mcp_j_lookup", {"text": "b"}, id="l2")]),
         Turn(tool_calls=[ToolCall("mcp_j_lookup", {"text": "c"}, id="l3")]),
         Turn(text="Found it."),
     )
-    async with running_worker(settings, pds_account, keyring[0]) as worker:
+    async with running_worker(tool_settings, pds_account, keyring[0]) as worker:
         k = await app.send("look up a, b, then c", conversation=new_tid())
         rec, content = await app.wait_status(f"{k}.r0", "complete", timeout=WAIT)
         await worker.wait_idle(10)
@@ -154,13 +157,12 @@ async def test_mcp_tools_auto_run_in_parallel_and_in_a_loop_each_exactly_once(
 
 
 async def test_one_answer_approves_denies_and_leaves_a_call_unanswered(
-    dev_pds: DevPds, pds_account: AccountInfo, keyring: tuple[Keyring, str], app: App,
-    model_server: ModelServer, tmp_path: Path, counting: tuple[Path, Path],
+    tool_settings: Settings, pds_account: AccountInfo, keyring: tuple[Keyring, str], app: App,
+    model_server: ModelServer, counting: tuple[Path, Path],
 ) -> None:
-    count_file, gate_file = counting
-    settings = tool_settings(dev_pds, pds_account, tmp_path, model_server.url, count_file, gate_file)
+    count_file = counting[0]
     conv = new_tid()
-    async with running_worker(settings, pds_account, keyring[0]) as worker:
+    async with running_worker(tool_settings, pds_account, keyring[0]) as worker:
         model_server.enqueue(Turn(text="Let me.", tool_calls=[
             ToolCall("mcp_j_lookup", {"text": "x"}, id="l1"),
             ToolCall("mcp_j_note", {"text": "a"}, id="n1"),
@@ -208,19 +210,17 @@ async def test_one_answer_approves_denies_and_leaves_a_call_unanswered(
 
 
 async def test_approvals_for_calls_that_are_not_waiting_are_ignored_logged_and_never_run(
-    dev_pds: DevPds, pds_account: AccountInfo, keyring: tuple[Keyring, str], app: App,
-    model_server: ModelServer, tmp_path: Path, counting: tuple[Path, Path],
-    caplog: pytest.LogCaptureFixture,
+    tool_settings: Settings, pds_account: AccountInfo, keyring: tuple[Keyring, str], app: App,
+    model_server: ModelServer, counting: tuple[Path, Path], caplog: pytest.LogCaptureFixture,
 ) -> None:
     caplog.set_level(logging.INFO, logger="gelbridge.worker.turn")
-    count_file, gate_file = counting
-    settings = tool_settings(dev_pds, pds_account, tmp_path, model_server.url, count_file, gate_file)
+    count_file = counting[0]
     conv = new_tid()
 
     def ignored_logged(reply: str, n: int) -> bool:
         return any(f"reply {reply}: ignored {n} approval answer(s)" in r.getMessage() for r in caplog.records)
 
-    async with running_worker(settings, pds_account, keyring[0]) as worker:
+    async with running_worker(tool_settings, pds_account, keyring[0]) as worker:
         model_server.enqueue(Turn(tool_calls=[ToolCall("mcp_j_note", {"text": "one"}, id="n1")]))
         k1 = await app.send("note one", conversation=conv)
         await app.wait_status(f"{k1}.r0", "awaitingApproval", timeout=WAIT)
@@ -266,93 +266,122 @@ async def test_approvals_for_calls_that_are_not_waiting_are_ignored_logged_and_n
 # --- (5) a worker process killed at the dangerous moments ------------------------------------
 
 
-def write_tools_config(tmp: Path, pds_url: str, account: AccountInfo, model_url: str, keyring: Keyring,
-                       count_file: Path, gate_file: Path) -> Path:
-    return write_config(tmp, pds_url, account, model_url, keyring, tools=TOOLS,
-                        extra=counting_mcp_toml(count_file, gate_file, auto_run=["lookup"]))
+@dataclass
+class KillRig:
+    """`gelbridge run` processes with the counting MCP server (lookup auto-runs, the
+    others need approval) over one state directory: start one, kill it, start the next."""
+
+    app: App
+    model_server: ModelServer
+    account: AccountInfo
+    cfg: Path
+    tmp: Path
+    count_file: Path
+    gate_file: Path
+    procs: list[WorkerProc]
+    conv: str = field(default_factory=new_tid)
+
+    @property
+    def state(self) -> Path:
+        return self.tmp / "state"
+
+    async def start(self, name: str) -> WorkerProc:
+        return await start_worker(self.cfg, self.account, self.tmp / f"{name}.log", self.procs)
+
+    def journal(self, call_id: str) -> Any:
+        with StateStore.open_dir(self.state) as store:
+            return store.get_tool_call(call_id)
+
+    async def waiting_for_approval(self, tool: str, text: str, call_id: str) -> tuple[WorkerProc, str]:
+        """Start the first worker and let it answer a message with one call to ``tool``
+        that waits for approval; the running worker and the message's rkey."""
+        w1 = await self.start("w1")
+        self.model_server.enqueue(Turn(tool_calls=[ToolCall(tool, {"text": text}, id=call_id)]))
+        k1 = await self.app.send(f"{tool} {text}", conversation=self.conv)
+        await self.app.wait_status(f"{k1}.r0", "awaitingApproval", timeout=WAIT)
+        return w1, k1
+
+    async def approve(self, k1: str, call_id: str) -> str:
+        """The user's answer to ``k1``'s reply approving ``call_id``; its rkey."""
+        return await self.app.send(None, conversation=self.conv, parent=f"{k1}.r0",
+                                   parts=[ToolApprovalPart(call_id=call_id, approved=True)])
+
+    async def restarted(self, rkey: str) -> tuple[WorkerProc, PlainContent | None]:
+        """Start the next worker; the content of ``rkey``'s reply once it completes."""
+        w2 = await self.start("w2")
+        _, content = await self.app.wait_status(f"{rkey}.r0", "complete", timeout=WAIT)
+        return w2, content
+
+    def stopped_after_running(self, w2: WorkerProc, tool: str, text: str,
+                              result: ToolResultPart | None = None) -> None:
+        """``w2`` stops cleanly on SIGTERM, and the tool ran exactly once over both workers
+        (the run whose output ``result`` holds, when given)."""
+        assert w2.terminate() == 0
+        ran = executions(self.count_file)
+        assert [(t, x) for t, x, _ in ran] == [(tool, text)]  # at most once
+        if result is not None:
+            assert ran[0][2] == token_of(result.output)
 
 
-def journal(state_dir: Path, call_id: str) -> Any:
-    with StateStore.open_dir(state_dir) as store:
-        return store.get_tool_call(call_id)
-
-
-async def ask_for_approval(app: App, model_server: ModelServer, conv: str, tool: str, text: str, call_id: str) -> str:
-    model_server.enqueue(Turn(tool_calls=[ToolCall(tool, {"text": text}, id=call_id)]))
-    k1 = await app.send(f"{tool} {text}", conversation=conv)
-    await app.wait_status(f"{k1}.r0", "awaitingApproval", timeout=WAIT)
-    return k1
+@pytest.fixture
+def rig(dev_pds: DevPds, pds_account: AccountInfo, keyring: tuple[Keyring, str], app: App,
+        model_server: ModelServer, tmp_path: Path, counting: tuple[Path, Path], procs: list[WorkerProc]) -> KillRig:
+    count_file, gate_file = counting
+    cfg = write_config(tmp_path, dev_pds.pds_url, pds_account, model_server.url, keyring[0], tools=TOOLS,
+                       extra=counting_mcp_toml(count_file, gate_file, auto_run=["lookup"]))
+    return KillRig(app, model_server, pds_account, cfg, tmp_path, count_file, gate_file, procs)
 
 
 async def test_killed_after_the_approval_was_claimed_before_the_call_began_runs_it_once_after_restart(
-    dev_pds: DevPds, pds_account: AccountInfo, keyring: tuple[Keyring, str], app: App,
-    model_server: ModelServer, tmp_path: Path, counting: tuple[Path, Path], procs: list[WorkerProc],
+    rig: KillRig, app: App, model_server: ModelServer,
 ) -> None:
-    count_file, gate_file = counting
-    cfg = write_tools_config(tmp_path, dev_pds.pds_url, pds_account, model_server.url, keyring[0], count_file, gate_file)
-    state = tmp_path / "state"
-    w1 = await start_worker(cfg, pds_account, tmp_path / "w1.log", procs)
-    conv = new_tid()
-    k1 = await ask_for_approval(app, model_server, conv, "mcp_j_note", "once", "n1")
+    w1, k1 = await rig.waiting_for_approval("mcp_j_note", "once", "n1")
 
     # a slow turn of the same conversation runs first, so the approval's reply is claimed
     # (durably, `pending`) and waits behind it: the kill lands after the approval was
     # taken on and before the tool began
     model_server.enqueue(Turn(text="slow " * 600, chunk_size=5, chunk_delay=0.1))  # ~60 s
-    x = await app.send("something slow", conversation=conv)
+    x = await app.send("something slow", conversation=rig.conv)
     await app.wait_status(f"{x}.r0", "streaming", timeout=WAIT, interval=0.05)
-    k2 = await app.send(None, conversation=conv, parent=f"{k1}.r0",
-                        parts=[ToolApprovalPart(call_id="n1", approved=True)])
+    k2 = await rig.approve(k1, "n1")
     await app.wait_status(f"{k2}.r0", "pending", timeout=WAIT, interval=0.05)
     w1.kill()
-    assert executions(count_file) == [] and journal(state, "n1") is None
+    assert executions(rig.count_file) == [] and rig.journal("n1") is None
     rec, _ = await app.wait_status(f"{k2}.r0", "pending", timeout=5)
 
-    w2 = await start_worker(cfg, pds_account, tmp_path / "w2.log", procs)  # echo model from here on
-    _, c2 = await app.wait_status(f"{k2}.r0", "complete", timeout=WAIT)
+    w2, c2 = await rig.restarted(k2)  # echo model from here on
     await app.wait_status(f"{x}.r0", "complete", timeout=WAIT)
     [(call, result)] = pairs(c2)
     assert call.call_id == "n1" and call.approval == "approved"
     assert not result.is_error and result.output.startswith("noted once #")
-    assert w2.terminate() == 0
-    ran = executions(count_file)
-    assert [(t, x_) for t, x_, _ in ran] == [("note", "once")] and ran[0][2] == token_of(result.output)
-    entry = journal(state, "n1")
+    rig.stopped_after_running(w2, "note", "once", result)
+    entry = rig.journal("n1")
     assert entry is not None and entry.finished and not entry.is_error
     assert await app.replies_of(k2) == [f"{k2}.r0"]
     assert assert_one_result_per_call(model_server.requests) >= 4
 
 
 async def test_killed_while_the_approved_call_runs_it_is_not_run_again_but_answered_interrupted(
-    dev_pds: DevPds, pds_account: AccountInfo, keyring: tuple[Keyring, str], app: App,
-    model_server: ModelServer, tmp_path: Path, counting: tuple[Path, Path], procs: list[WorkerProc],
+    rig: KillRig, app: App, model_server: ModelServer,
 ) -> None:
-    count_file, gate_file = counting
-    cfg = write_tools_config(tmp_path, dev_pds.pds_url, pds_account, model_server.url, keyring[0], count_file, gate_file)
-    state = tmp_path / "state"
-    w1 = await start_worker(cfg, pds_account, tmp_path / "w1.log", procs)
-    conv = new_tid()
-    k1 = await ask_for_approval(app, model_server, conv, "mcp_j_gate", "g", "g1")
+    w1, k1 = await rig.waiting_for_approval("mcp_j_gate", "g", "g1")
 
-    k2 = await app.send(None, conversation=conv, parent=f"{k1}.r0",
-                        parts=[ToolApprovalPart(call_id="g1", approved=True)])
-    await wait_until(lambda: len(executions(count_file)) == 1, WAIT, "the gate tool to start")
-    entry = journal(state, "g1")
+    k2 = await rig.approve(k1, "g1")
+    await wait_until(lambda: len(executions(rig.count_file)) == 1, WAIT, "the gate tool to start")
+    entry = rig.journal("g1")
     assert entry is not None and not entry.finished  # begun, not finished: the tool blocks
     w1.kill()
-    with StateStore.open_dir(state) as store:
+    with StateStore.open_dir(rig.state) as store:
         assert [e.call_id for e in store.unfinished_tool_calls(app.did)] == ["g1"]
     rec, _ = await app.wait_status(f"{k2}.r0", {"pending", "streaming"}, timeout=5)
-    gate_file.touch()  # were the call run again, it would now finish and be counted
+    rig.gate_file.touch()  # were the call run again, it would now finish and be counted
 
-    w2 = await start_worker(cfg, pds_account, tmp_path / "w2.log", procs)
-    _, c2 = await app.wait_status(f"{k2}.r0", "complete", timeout=WAIT)
+    w2, c2 = await rig.restarted(k2)
     [(call, result)] = pairs(c2)
     assert call.call_id == "g1" and call.approval == "approved"
     assert result.is_error and "interrupted" in result.output and "not repeated" in result.output
-    assert w2.terminate() == 0
-    assert [(t, x) for t, x, _ in executions(count_file)] == [("gate", "g")]  # at most once
-    entry = journal(state, "g1")
+    rig.stopped_after_running(w2, "gate", "g")
+    entry = rig.journal("g1")
     assert entry is not None and entry.finished and entry.is_error
     assert await app.replies_of(k2) == [f"{k2}.r0"]
     last = model_server.requests[-1].body["messages"]
@@ -362,63 +391,46 @@ async def test_killed_while_the_approved_call_runs_it_is_not_run_again_but_answe
 
 
 async def test_killed_after_the_approved_call_ran_before_the_reply_was_written_reuses_the_result(
-    dev_pds: DevPds, pds_account: AccountInfo, keyring: tuple[Keyring, str], app: App,
-    model_server: ModelServer, tmp_path: Path, counting: tuple[Path, Path], procs: list[WorkerProc],
+    rig: KillRig, app: App, model_server: ModelServer,
 ) -> None:
-    count_file, gate_file = counting
-    cfg = write_tools_config(tmp_path, dev_pds.pds_url, pds_account, model_server.url, keyring[0], count_file, gate_file)
-    state = tmp_path / "state"
-    w1 = await start_worker(cfg, pds_account, tmp_path / "w1.log", procs)
-    conv = new_tid()
-    k1 = await ask_for_approval(app, model_server, conv, "mcp_j_note", "exactly-once", "n1")
+    w1, k1 = await rig.waiting_for_approval("mcp_j_note", "exactly-once", "n1")
 
     model_server.enqueue(Turn(text="after " * 600, chunk_size=5, chunk_delay=0.1))  # ~70 s after the tool
-    k2 = await app.send(None, conversation=conv, parent=f"{k1}.r0",
-                        parts=[ToolApprovalPart(call_id="n1", approved=True)])
+    k2 = await rig.approve(k1, "n1")
     _, streamed = await app.wait_status(f"{k2}.r0", "streaming", timeout=WAIT, interval=0.05)
-    entry = journal(state, "n1")
+    entry = rig.journal("n1")
     assert entry is not None and entry.finished and not entry.is_error  # ran, result journaled
     w1.kill()
     [(_, before)] = pairs(PlainContent(parts=[p for p in streamed.parts if not isinstance(p, TextPart)]))
     assert before.output.startswith("noted exactly-once #")
     await app.wait_status(f"{k2}.r0", "streaming", timeout=5)  # the final write never happened
 
-    w2 = await start_worker(cfg, pds_account, tmp_path / "w2.log", procs)
-    _, c2 = await app.wait_status(f"{k2}.r0", "complete", timeout=WAIT)
+    w2, c2 = await rig.restarted(k2)
     [(call, result)] = pairs(c2)
     assert call.approval == "approved" and result.output == before.output and not result.is_error
     assert not text_of(c2).startswith("after")  # rewritten from scratch by the echo model
-    assert w2.terminate() == 0
-    ran = executions(count_file)
-    assert [(t, x) for t, x, _ in ran] == [("note", "exactly-once")] and ran[0][2] == token_of(result.output)
+    rig.stopped_after_running(w2, "note", "exactly-once", result)
     assert await app.replies_of(k2) == [f"{k2}.r0"]
     assert assert_one_result_per_call(model_server.requests) >= 3
 
 
 async def test_killed_after_an_auto_run_call_ran_the_restart_resumes_with_the_journaled_result(
-    dev_pds: DevPds, pds_account: AccountInfo, keyring: tuple[Keyring, str], app: App,
-    model_server: ModelServer, tmp_path: Path, counting: tuple[Path, Path], procs: list[WorkerProc],
+    rig: KillRig, app: App, model_server: ModelServer,
 ) -> None:
-    count_file, gate_file = counting
-    cfg = write_tools_config(tmp_path, dev_pds.pds_url, pds_account, model_server.url, keyring[0], count_file, gate_file)
-    state = tmp_path / "state"
-    w1 = await start_worker(cfg, pds_account, tmp_path / "w1.log", procs)
+    w1 = await rig.start("w1")
     lookup = ToolCall("mcp_j_lookup", {"text": "q"}, id="l1")
     model_server.enqueue(Turn(tool_calls=[lookup]), Turn(text="found " * 600, chunk_size=5, chunk_delay=0.1))
-    k = await app.send("look up q", conversation=new_tid())
-    await wait_until(lambda: (e := journal(state, "l1")) is not None and e.finished, WAIT, "the lookup to finish")
+    k = await app.send("look up q", conversation=rig.conv)
+    await wait_until(lambda: (e := rig.journal("l1")) is not None and e.finished, WAIT, "the lookup to finish")
     await app.wait_status(f"{k}.r0", "streaming", timeout=WAIT, interval=0.05)
     w1.kill()
-    assert len(executions(count_file)) == 1
+    assert len(executions(rig.count_file)) == 1
 
     # the restart resumes from the call written before it ran (worker.resume): the model
     # is not asked for it again, only for the next step
     model_server.enqueue(Turn(text="Found q."))
-    w2 = await start_worker(cfg, pds_account, tmp_path / "w2.log", procs)
-    _, c = await app.wait_status(f"{k}.r0", "complete", timeout=WAIT)
+    w2, c = await rig.restarted(k)
     [(call, result)] = pairs(c)
     assert call.call_id == "l1" and not result.is_error and text_of(c) == "Found q."
-    assert w2.terminate() == 0
-    ran = executions(count_file)
-    assert [(t, x) for t, x, _ in ran] == [("lookup", "q")] and ran[0][2] == token_of(result.output)
+    rig.stopped_after_running(w2, "lookup", "q", result)
     assert assert_one_result_per_call(model_server.requests) == 3
