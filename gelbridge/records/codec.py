@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import base64
 import binascii
+from collections.abc import Callable
 from typing import Any
 
 import libipld
 
+_multibase = libipld.decode_multibase
 _CID_PREFIXES = (b"\x01\x71\x12\x20", b"\x01\x55\x12\x20")
 
 
@@ -28,14 +30,50 @@ def bytes_json(data: bytes) -> dict[str, str]:
 
 
 def b64decode(text: str) -> bytes:
-    """Standard base64 (RFC 4648 §4), padding optional; raise ValueError otherwise."""
-    if not isinstance(text, str):
+    """Standard base64 (RFC 4648 §4), padding optional; raise ValueError otherwise.
+
+    Canonical unpadded base64 (what PDSes write) is decoded by libipld's multibase
+    decoder, ~3x faster than ``binascii`` for a typical ciphertext; it accepts a strict
+    subset of what the exact path below accepts (no padding, no stray trailing bits),
+    so anything else simply takes the exact path.
+    """
+    if type(text) is str:
+        try:
+            return _multibase("m" + text)[1]
+        except Exception:  # noqa: BLE001 - the exact path decides
+            pass
+    elif not isinstance(text, str):
         raise ValueError("$bytes must be a base64 string")
     text = text.rstrip("=")
     try:
         return binascii.a2b_base64(text + "=" * (-len(text) % 4), strict_mode=True)
     except (binascii.Error, ValueError):
         raise ValueError("$bytes is not standard base64") from None
+
+
+def bytes_validator(max_length: int) -> Callable[[Any], bytes]:
+    """The whole validator of a lexicon ``bytes`` field of at most ``max_length`` bytes.
+
+    Takes either form (raw bytes from CBOR, ``{"$bytes": b64}`` from JSON) and does in
+    one call what ``decode_bytes`` + a strict bytes check + a length check do.
+    """
+
+    def validate(value: Any) -> bytes:
+        if type(value) is dict:
+            if len(value) != 1 or "$bytes" not in value:
+                raise ValueError('bytes must be {"$bytes": "<base64>"} in JSON')
+            raw = b64decode(value["$bytes"])
+        elif isinstance(value, bytes):
+            raw = value
+        elif isinstance(value, (bytearray, memoryview)):
+            raw = bytes(value)
+        else:
+            raise ValueError("Input should be a valid bytes")
+        if len(raw) > max_length:
+            raise ValueError(f"Data should have at most {max_length} bytes")
+        return raw
+
+    return validate
 
 
 def decode_bytes(value: Any) -> Any:

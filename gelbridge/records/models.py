@@ -37,10 +37,10 @@ from pydantic import (
     ValidationError,
 )
 from pydantic.alias_generators import to_camel
-from pydantic_core import core_schema
+from pydantic_core import PydanticCustomError, core_schema
 
 from gelbridge.errors import RecordError
-from gelbridge.records.codec import bytes_json, cbor_size, decode_bytes, decode_link, to_json_form
+from gelbridge.records.codec import bytes_json, bytes_validator, cbor_size, decode_link, to_json_form
 from gelbridge.records.constants import (
     CONVERSATION_COLLECTION,
     ENCRYPTED_CONTENT_TYPE,
@@ -122,20 +122,33 @@ def LexStr(max_bytes: int | None = None, max_graphemes: int | None = None) -> An
     return Annotated[str, _LexStrSchema(max_bytes, max_graphemes)]
 
 
-_DATETIME_RE = re.compile(
-    r"[0-9]{4}-[01][0-9]-[0-3][0-9]T[0-2][0-9]:[0-6][0-9]:[0-6][0-9](\.[0-9]{1,20})?"
-    r"(Z|[+-][0-2][0-9]:[0-5][0-9])"
+# An atproto datetime as one anchored regex, run natively by pydantic-core (no Python
+# call): RFC 3339 with a timezone (not "-00:00"), and only real calendar dates/times
+# (year 0001-9999, day within its month, 29 February in leap years only, hours 00-23,
+# minutes and seconds 00-59). tests/records/test_models.py proves it accepts exactly
+# what the earlier regex + ``datetime.fromisoformat`` check accepted.
+_YEAR = r"(?:[0-9]{3}[1-9]|[0-9]{2}[1-9]0|[0-9][1-9]00|[1-9]000)"
+_LEAP_YEAR = r"(?:[0-9]{2}(?:0[48]|[2468][048]|[13579][26])|(?:0[48]|[2468][048]|[13579][26])00)"
+_DATE = (
+    rf"(?:{_YEAR}-(?:(?:0[1-9]|1[0-2])-(?:0[1-9]|1[0-9]|2[0-8])|(?:0[13-9]|1[0-2])-(?:29|30)"
+    rf"|(?:0[13578]|1[02])-31)|{_LEAP_YEAR}-02-29)"
 )
+_TIME = r"(?:[01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](?:\.[0-9]{1,20})?"
+_ZONE = r"(?:Z|\+[0-2][0-9]:[0-5][0-9]|-(?:(?:0[1-9]|[12][0-9]):[0-5][0-9]|00:(?:0[1-9]|[1-5][0-9])))"
+DATETIME_PATTERN = rf"^{_DATE}T{_TIME}{_ZONE}$"
+"""The pattern every ``datetime`` field must match (Rust regex syntax; also valid ``re``)."""
 
 
-def _check_datetime(s: str) -> str:
-    if len(s) > 64 or not _DATETIME_RE.fullmatch(s) or s.endswith("-00:00"):
-        raise ValueError("not an atproto datetime (RFC 3339 with timezone, e.g. 2025-01-31T12:00:00.000Z)")
-    try:
-        datetime.fromisoformat(s[:19])
-    except ValueError:
-        raise ValueError("not a valid calendar date/time") from None
-    return s
+class _DatetimeSchema:
+    def __get_pydantic_core_schema__(self, source: Any, handler: Any) -> core_schema.CoreSchema:
+        return core_schema.custom_error_schema(
+            core_schema.str_schema(pattern=DATETIME_PATTERN, strict=True),
+            custom_error_type="datetime",
+            custom_error_message=(
+                "not an atproto datetime (RFC 3339 with timezone and a real calendar date/time,"
+                " e.g. 2025-01-31T12:00:00.000Z)"
+            ),
+        )
 
 
 _URI_RE = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*:[^\s]+")
@@ -147,17 +160,27 @@ def _check_uri(s: str) -> str:
     return s
 
 
-Datetime = Annotated[str, AfterValidator(_check_datetime)]
+Datetime = Annotated[str, _DatetimeSchema()]
 """An atproto ``datetime`` string, kept as written so records round-trip byte for byte."""
 
 Uri = Annotated[str, AfterValidator(_check_uri)]
 
-_bytes_ser = PlainSerializer(bytes_json)
+class _LexBytesSchema:
+    """Core schema of a bytes field: one Python call decodes, type-checks and limits it."""
+
+    def __init__(self, max_length: int) -> None:
+        self.max_length = max_length
+
+    def __get_pydantic_core_schema__(self, source: Any, handler: Any) -> core_schema.CoreSchema:
+        return core_schema.no_info_plain_validator_function(
+            bytes_validator(self.max_length),
+            serialization=core_schema.plain_serializer_function_ser_schema(bytes_json),
+        )
 
 
 def LexBytes(max_length: int) -> Any:  # noqa: N802
     """A lexicon ``bytes`` field: raw bytes (CBOR) or ``{"$bytes": b64}`` (JSON) in."""
-    return Annotated[bytes, BeforeValidator(decode_bytes), MaxLen(max_length), _bytes_ser]
+    return Annotated[bytes, _LexBytesSchema(max_length)]
 
 
 CidLink = Annotated[str, BeforeValidator(decode_link), PlainSerializer(lambda c: {"$link": c})]
@@ -179,16 +202,51 @@ def _loc_str(loc: tuple[Any, ...]) -> str:
     for p in loc:
         if isinstance(p, int):
             out += f"[{p}]"
-        elif "#" in p or p in ("unknown", "blob") or p.startswith("function-"):
+        elif "#" in p or p in (_UNKNOWN_BRANCH, "blob") or p.startswith("function-"):
             continue
         else:
             out += f".{p}" if out else p
     return out or "(top level)"
 
 
+#: How the two native tagged unions (``Content``, ``Part``) report, for record_error.
+_KNOWN_BRANCH = "#known"  # union label of the known-parts branch of a Part
+_UNKNOWN_BRANCH = "unknown"  # union label of its UnknownPart branch
+_PART_TAG_ERROR = "missing_type"
+_PART_TAG_MESSAGE = "a part needs a $type string"
+_NOT_UNKNOWN_ERROR = "not_unknown_part"  # the UnknownPart branch does not apply
+_CONTENT_TAG_MESSAGE = f"$type must be {ENCRYPTED_CONTENT_TYPE} or {PLAIN_CONTENT_TYPE}"
+
+
+def _relevant_errors(errs: list[Any]) -> list[Any]:
+    """The errors that say what is wrong, out of pydantic-core's raw list.
+
+    A part that fails is reported by both union branches: keep the known-part errors
+    unless only the UnknownPart branch applied (an unknown ``$type`` that is itself
+    bad). A non-object where a tagged union expects one gets the union's own message.
+    """
+    out = []
+    unknown_prefixes = {
+        tuple(e["loc"][: e["loc"].index(_UNKNOWN_BRANCH)])
+        for e in errs
+        if e["type"] != _NOT_UNKNOWN_ERROR and _UNKNOWN_BRANCH in e["loc"]
+    }
+    for e in errs:
+        if e["type"] == _NOT_UNKNOWN_ERROR:
+            continue
+        loc = e["loc"]
+        at_part_tag = bool(loc) and loc[-1] == _KNOWN_BRANCH
+        if at_part_tag and tuple(loc[:-1]) in unknown_prefixes:
+            continue
+        if e["type"] == "model_attributes_type":  # only the tagged unions look up attributes
+            e = {**e, "msg": _PART_TAG_MESSAGE if at_part_tag else _CONTENT_TAG_MESSAGE}
+        out.append(e)
+    return out or errs
+
+
 def record_error(e: ValidationError, what: str) -> RecordError:
     """A RecordError naming the first bad field; never includes field values."""
-    errs = e.errors(include_url=False, include_input=False, include_context=False)
+    errs = _relevant_errors(e.errors(include_url=False, include_input=False, include_context=False))
     first = errs[0]
     msg = first["msg"].removeprefix("Value error, ")
     more = f" (and {len(errs) - 1} more problem{'s' if len(errs) > 2 else ''})" if len(errs) > 1 else ""
@@ -273,7 +331,9 @@ def _blob_limits(accept: tuple[str, ...], max_size: int) -> Any:
         if not any(
             a == "*/*" or a == mime or (a.endswith("/*") and mime.startswith(a[:-1])) for a in accept
         ):
-            raise ValueError(f"blob mimeType {b.mime_type!r} not accepted (accepts {', '.join(accept)})")
+            # never the mimeType itself: it may come from inside a seal, and record
+            # errors end up in unsealed replies (error.message)
+            raise ValueError(f"blob mimeType not accepted (accepts {', '.join(accept)})")
         if b.size > max_size:
             raise ValueError(f"blob larger than {max_size} bytes")
         return b
@@ -430,30 +490,55 @@ KNOWN_PARTS: dict[str, type[LexObject]] = {
 }
 
 
-def _part_tag(v: Any) -> str | None:
-    t = v.get("$type") if isinstance(v, dict) else getattr(v, "type", None)
-    if t in KNOWN_PARTS:
-        return "unknown" if isinstance(v, UnknownPart) else t
-    return "unknown" if isinstance(t, str) and t else None
+def _expose_tag(cls: type[LexObject], tag: str) -> None:
+    """Give ``cls`` a class attribute ``$type`` = ``tag``.
 
+    The tagged unions below look the tag up natively under ``$type``: in a dict by key,
+    in an object (a model built in code) as an attribute, which this provides.
+    """
+    setattr(cls, "$type", tag)
+
+
+def _unknown_candidate(v: Any) -> Any:
+    """Let only an UnknownPart, or a dict whose ``$type`` is a non-empty string naming
+    no known part, through to the UnknownPart branch (a malformed known part must fail
+    as that part, not become an UnknownPart)."""
+    if type(v) is dict:
+        t = v.get("$type")
+        if type(t) is str and t and t not in KNOWN_PARTS:
+            return v
+    elif isinstance(v, UnknownPart):
+        return v
+    raise PydanticCustomError(_NOT_UNKNOWN_ERROR, "not an unknown part")
+
+
+class _PartSchema:
+    """Core schema of one part, discriminated natively on ``$type`` (no Python call for
+    a known part): the known part models by tag, else (only then) UnknownPart."""
+
+    def __get_pydantic_core_schema__(self, source: Any, handler: Any) -> core_schema.CoreSchema:
+        known = core_schema.tagged_union_schema(
+            {t: handler.generate_schema(cls) for t, cls in KNOWN_PARTS.items()},
+            discriminator="$type",
+            custom_error_type=_PART_TAG_ERROR,
+            custom_error_message=_PART_TAG_MESSAGE,
+            from_attributes=True,
+        )
+        unknown = core_schema.no_info_before_validator_function(
+            _unknown_candidate, handler.generate_schema(UnknownPart)
+        )
+        return core_schema.union_schema(
+            [(known, _KNOWN_BRANCH), (unknown, _UNKNOWN_BRANCH)], mode="left_to_right"
+        )
+
+
+for _cls in KNOWN_PARTS.values():
+    _expose_tag(_cls, _cls.LEXICON_TYPE)
+_expose_tag(UnknownPart, "")  # no tag: an UnknownPart instance takes the UnknownPart branch
 
 Part = Annotated[
-    Union[
-        Annotated[TextPart, Tag(TextPart.LEXICON_TYPE)],
-        Annotated[ReasoningPart, Tag(ReasoningPart.LEXICON_TYPE)],
-        Annotated[ImagePart, Tag(ImagePart.LEXICON_TYPE)],
-        Annotated[FilePart, Tag(FilePart.LEXICON_TYPE)],
-        Annotated[ToolCallPart, Tag(ToolCallPart.LEXICON_TYPE)],
-        Annotated[ToolResultPart, Tag(ToolResultPart.LEXICON_TYPE)],
-        Annotated[ToolApprovalPart, Tag(ToolApprovalPart.LEXICON_TYPE)],
-        Annotated[SourcePart, Tag(SourcePart.LEXICON_TYPE)],
-        Annotated[UnknownPart, Tag("unknown")],
-    ],
-    Discriminator(
-        _part_tag,
-        custom_error_type="missing_type",
-        custom_error_message="a part needs a $type string",
-    ),
+    Union[TextPart, ReasoningPart, ImagePart, FilePart, ToolCallPart, ToolResultPart, ToolApprovalPart, SourcePart, UnknownPart],
+    _PartSchema(),
 ]
 """One message part: a known part model, or UnknownPart for any other ``$type``."""
 
@@ -491,23 +576,23 @@ class EncryptedContent(LexObject):
     __str__ = __repr__
 
 
-def _content_tag(v: Any) -> str | None:
-    return v.get("$type") if isinstance(v, dict) else getattr(v, "type", None)
+class _ContentSchema:
+    """Core schema of a content union, discriminated natively on ``$type``."""
+
+    def __get_pydantic_core_schema__(self, source: Any, handler: Any) -> core_schema.CoreSchema:
+        return core_schema.tagged_union_schema(
+            {cls.LEXICON_TYPE: handler.generate_schema(cls) for cls in (EncryptedContent, PlainContent)},
+            discriminator="$type",
+            custom_error_type="content_type",
+            custom_error_message=_CONTENT_TAG_MESSAGE,
+            from_attributes=True,
+        )
 
 
-Content = Annotated[
-    Union[
-        Annotated[EncryptedContent, Tag(ENCRYPTED_CONTENT_TYPE)],
-        Annotated[PlainContent, Tag(PLAIN_CONTENT_TYPE)],
-    ],
-    Discriminator(
-        _content_tag,
-        custom_error_type="content_type",
-        custom_error_message=(
-            f"$type must be {ENCRYPTED_CONTENT_TYPE} or {PLAIN_CONTENT_TYPE}"
-        ),
-    ),
-]
+_expose_tag(EncryptedContent, ENCRYPTED_CONTENT_TYPE)
+_expose_tag(PlainContent, PLAIN_CONTENT_TYPE)
+
+Content = Annotated[Union[EncryptedContent, PlainContent], _ContentSchema()]
 """Sealed or plain content (a union; ``$type`` required)."""
 
 
@@ -543,7 +628,7 @@ class _Record(LexObject):
             t = value.get("$type")
             if t is not None and t != cls.LEXICON_TYPE:
                 what = f"record {uri}" if uri else f"{cls.LEXICON_TYPE} record"
-                raise RecordError(f"{what}: $type is {t!r}, expected {cls.LEXICON_TYPE!r}")
+                raise RecordError(f"{what}: $type must be {cls.LEXICON_TYPE!r}")
             size = _record_size(value)
             if size > MAX_RECORD_BYTES:
                 what = f"record {uri}" if uri else f"{cls.LEXICON_TYPE} record"
