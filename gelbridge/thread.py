@@ -23,6 +23,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from gelbridge.errors import (
     ForeignConversationError,
@@ -41,9 +42,9 @@ Lookup = Mapping[str, MessageRecord] | Callable[[str], MessageRecord | None]
 DEFAULT_MAX_DEPTH = 500
 
 
-@dataclass(frozen=True, slots=True)
-class ThreadEntry:
-    """One record of a thread and its record key."""
+class ThreadEntry(NamedTuple):
+    """One record of a thread and its record key (a named tuple: immutable and cheap
+    to build, one per record on every turn)."""
 
     rkey: str
     record: MessageRecord
@@ -101,30 +102,33 @@ def walk_thread(message_rkey: str, lookup: Lookup, *, max_depth: int = DEFAULT_M
     chain: list[ThreadEntry] = [ThreadEntry(message_rkey, first)]
     seen = {message_rkey}
     rkey, rec = message_rkey, first
+    # The chain alternates user message -> reply -> user message ...: the first record
+    # is a user message and every parent's role is checked below (so ``rec_role`` is
+    # known without reading it again). A reply is always reached as a user message's
+    # parent, whose key was parsed there: ``answers`` is the key of the message that
+    # reply answers (each reply key is parsed once).
+    rec_role = ROLE_USER
+    answers = ""
     while True:
         parent = rec.parent
-        if rec.role == ROLE_USER:
+        if rec_role == ROLE_USER:
             if parent is None:
                 break
-            if parse_reply_rkey(parent) is None:
+            reply = parse_reply_rkey(parent)
+            if reply is None:
                 raise RecordError(
                     f"user message {rkey} names parent {parent!r}, which is not a reply key "
                     "K.r{n}: a user message answers an assistant reply"
                 )
-        elif rec.role == ROLE_ASSISTANT:
-            reply = parse_reply_rkey(rkey)
-            if reply is None:
-                raise RecordError(
-                    f"assistant message {rkey} is not at a reply key K.r{{n}}: "
-                    "replies are written at <message key>.r<attempt>"
-                )
-            if parent != reply[0]:
+            answers = reply[0]
+            expected = ROLE_ASSISTANT
+        else:
+            if parent != answers:
                 raise RecordError(
                     f"reply {rkey} names parent {parent!r}; a reply's parent must be the "
-                    f"message it answers, {reply[0]}"
+                    f"message it answers, {answers}"
                 )
-        else:
-            raise RecordError(f"message {rkey} has unknown role {rec.role!r} (expected user or assistant)")
+            expected = ROLE_USER
         assert parent is not None
         if parent in seen:
             err = ThreadCycleError(
@@ -150,14 +154,13 @@ def walk_thread(message_rkey: str, lookup: Lookup, *, max_depth: int = DEFAULT_M
                 f"record {parent}, the parent of {rkey}, belongs to conversation "
                 f"{nxt.conversation!r}, not {conversation!r}"
             )
-        expected = ROLE_ASSISTANT if rec.role == ROLE_USER else ROLE_USER
         if nxt.role != expected:
             raise RecordError(
                 f"record {parent}, the parent of {rkey}, has role {nxt.role!r}; expected {expected}"
             )
         seen.add(parent)
         chain.append(ThreadEntry(parent, nxt))
-        rkey, rec = parent, nxt
+        rkey, rec, rec_role = parent, nxt, expected
     chain.reverse()
     return Thread(conversation, tuple(chain))
 

@@ -20,8 +20,9 @@ _NSID_RE = re.compile(
 )
 _DID_RE = re.compile(r"did:[a-z]+:[A-Za-z0-9._:%-]*[A-Za-z0-9._-]")
 _TID_RE = re.compile(r"[234567abcdefghij][234567abcdefghijklmnopqrstuvwxyz]{12}")
-_REPLY_RE = re.compile(r"(.+)\.r(0|[1-9][0-9]{0,3})")
 _B32 = "234567abcdefghijklmnopqrstuvwxyz"
+# The attempt numbers of reply keys in canonical form ("0".."1000", no leading zero).
+_ATTEMPTS = {str(n): n for n in range(MAX_ATTEMPT + 1)}
 
 
 def is_valid_rkey(rkey: str) -> bool:
@@ -102,13 +103,12 @@ def reply_rkey(message_rkey: str, attempt: int) -> str:
 
 def parse_reply_rkey(rkey: str) -> tuple[str, int] | None:
     """``(K, n)`` if ``rkey`` is a reply key ``K.r{n}`` (canonical n, 0..1000), else None."""
-    m = _REPLY_RE.fullmatch(rkey)
-    if m is None:
+    # No regex: the thread walk parses every reply key of a thread on every turn.
+    base, sep, n = rkey.rpartition(".r")
+    attempt = _ATTEMPTS.get(n)
+    if not sep or attempt is None or not is_valid_rkey(base):
         return None
-    base, n = m.group(1), int(m.group(2))
-    if n > MAX_ATTEMPT or not is_valid_rkey(base):
-        return None
-    return base, n
+    return base, attempt
 
 
 # --- AT-URIs ------------------------------------------------------------------------------

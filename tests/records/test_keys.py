@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import time
 
 import pytest
@@ -56,6 +57,34 @@ def test_reply_keys_round_trip() -> None:
 @given(st.from_regex(r"[A-Za-z0-9_~:-][A-Za-z0-9._~:-]{0,40}", fullmatch=True), st.integers(0, 1000))
 def test_any_reply_key_parses_back(base: str, n: int) -> None:
     assert parse_reply_rkey(reply_rkey(base, n)) == (base, n)
+
+
+_REPLY_SPEC = re.compile(r"(.+)\.r(0|[1-9][0-9]{0,3})")
+
+
+def _parse_reply_spec(rkey: str) -> tuple[str, int] | None:
+    """The reply key rule written as one regex (the reference for parse_reply_rkey)."""
+    m = _REPLY_SPEC.fullmatch(rkey)
+    if m is None or int(m.group(2)) > 1000 or not is_valid_rkey(m.group(1)):
+        return None
+    return m.group(1), int(m.group(2))
+
+
+_KEYISH = st.text(st.sampled_from(list("ar.r0.19_:~-é\n٣²")) | st.characters(), max_size=20)
+
+
+@given(st.one_of(_KEYISH, st.builds(lambda a, b: a + ".r" + b, _KEYISH, _KEYISH),
+                 st.builds(lambda a, n: f"{a}.r{n}", _KEYISH, st.integers(-5, 20000))))
+def test_reply_key_parsing_agrees_with_the_regex_rule(rkey: str) -> None:
+    assert parse_reply_rkey(rkey) == _parse_reply_spec(rkey)
+
+
+def test_reply_key_parsing_edge_cases() -> None:
+    for key, want in [("a.r0", ("a", 0)), ("a.r1000", ("a", 1000)), ("a.r.r2", ("a.r", 2)),
+                      ("a.r2.r3", ("a.r2", 3)), ("a.r3x", None), ("a.r٣", None), ("a.r²", None),
+                      ("a\n.r1", None), ("a.r1\n", None), ("a.r00", None), ("a.r10000", None),
+                      ("a.r+1", None), ("a.r 1", None), (".r0", None), ("..r0", None), ("a.R1", None)]:
+        assert parse_reply_rkey(key) == want == _parse_reply_spec(key), key
 
 
 @pytest.mark.parametrize("attempt", [-1, 1001, True, 1.0])

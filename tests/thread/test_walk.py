@@ -135,3 +135,12 @@ def test_previous_reply_for_first_attempt_and_regeneration() -> None:
     assert previous_reply_rkey("c", user("b.r0")) == "b.r0"
     assert previous_reply_rkey("c", user("b.r0", generation=GenerationRequest(attempt=3))) == "c.r2"
     assert previous_reply_rkey("a", user(None)) is None
+
+
+def test_thread_entries_are_immutable_values() -> None:
+    t = walk_thread("c", three_turns())
+    e = t.entries[0]
+    with pytest.raises(AttributeError):
+        e.rkey = "x"  # type: ignore[misc]
+    rkey, record = e
+    assert (rkey, record) == (e.rkey, e.record) == ("a", three_turns()["a"])
