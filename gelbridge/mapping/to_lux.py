@@ -26,7 +26,8 @@ request field; details never hold user content.
 from __future__ import annotations
 
 import base64
-from collections.abc import Mapping, Sequence
+import re
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -51,7 +52,7 @@ from gelbridge.lux import (
     strip_foreign_provider_data,
 )
 from gelbridge.mapping.choice import TurnChoice
-from gelbridge.mapping.provider_data import decode_provider_data
+from gelbridge.mapping.provider_data import DecodedProviderData, decode_provider_data
 from gelbridge.records.constants import (
     ROLE_ASSISTANT,
     STATUS_AWAITING_APPROVAL,
@@ -75,6 +76,7 @@ from gelbridge.records.models import (
 _DEGRADED = ConversionStatus.DEGRADED
 _UNSUPPORTED = ConversionStatus.UNSUPPORTED
 _INVALID = ConversionStatus.INVALID
+_USER, _ASSISTANT, _TOOL = Role.USER, Role.ASSISTANT, Role.TOOL
 
 NOT_RUN_UNANSWERED = "not run: the call waited for the user's approval and was never answered"
 NOT_RUN_APPROVED = "not run: the call was approved but has no result yet"
@@ -92,12 +94,9 @@ class OpenedMessage:
     content: PlainContent
 
 
-@dataclass(slots=True)
-class _Segment:
-    rkey: str
-    assistant: bool
-    parts: Sequence[Part]
-    status: str | None = None
+# One message of the history as the builder sees it: (rkey, is a reply, parts, status).
+# A plain tuple: built for every message of every turn.
+_Segment = tuple[str, bool, Sequence[Part], str | None]
 
 
 def _tool_json(t: Tool | Mapping[str, Any]) -> Tool:
@@ -136,12 +135,11 @@ def build_request(
     """
     b = _Builder(blobs or {})
     instr = b.instructions(instructions, conversation_instructions)
-    segments = [
-        _Segment(m.rkey, m.record.role == ROLE_ASSISTANT, m.content.parts, m.record.status)
-        for m in thread
+    segments: list[_Segment] = [
+        (m.rkey, (rec := m.record).role == ROLE_ASSISTANT, m.content.parts, rec.status) for m in thread
     ]
     if reply_prefix:
-        segments.append(_Segment(PREFIX_NAME, True, reply_prefix, None))
+        segments.append((PREFIX_NAME, True, reply_prefix, None))
     b.conversation(segments)
     tools = [_tool_json(t) for t in tool_specs]
     req = LuxRequest(
@@ -156,6 +154,12 @@ def build_request(
     return Converted(req, b.diags + stripped)
 
 
+def _part_path(rkey: str, pi: int, field: str = "") -> str:
+    """A diagnostic's field for a record part: ``<rkey>.parts[i]`` (plus ``.field``).
+    Built only when there is something to report."""
+    return f"{rkey}.parts[{pi}].{field}" if field else f"{rkey}.parts[{pi}]"
+
+
 class _Builder:
     __slots__ = ("blobs", "diags", "out", "emitted", "replacements", "consumed")
 
@@ -166,7 +170,8 @@ class _Builder:
         self.emitted: set[str] = set()  # call ids already in the request
         # (segment index, call id) -> (repeated call part, its result or None)
         self.replacements: dict[tuple[int, str], tuple[ToolCallPart, ToolResultPart | None]] = {}
-        self.consumed: set[tuple[int, int]] = set()  # (segment index, part index) already used
+        # segment index -> indexes of its parts already used as replacements
+        self.consumed: dict[int, set[int]] = {}
 
     def note(self, field: str, status: ConversionStatus, detail: str) -> None:
         self.diags.append(Diagnostic(field, status, detail))
@@ -190,105 +195,113 @@ class _Builder:
 
     def conversation(self, segments: list[_Segment]) -> None:
         self.find_replacements(segments)
-        for si, seg in enumerate(segments):
-            if seg.assistant:
-                self.reply(si, seg)
+        for si, (rkey, is_reply, parts, status) in enumerate(segments):
+            if is_reply:
+                self.reply(si, rkey, parts, status)
             else:
-                self.user(seg)
+                self.user(rkey, parts)
 
     def find_replacements(self, segments: list[_Segment]) -> None:
         """Pair each waiting call with its repeated copy in the next reply of the thread."""
         prev_reply: int | None = None
-        for si, seg in enumerate(segments):
-            if not seg.assistant:
+        for si, (_, is_reply, parts, _) in enumerate(segments):
+            if not is_reply:
                 continue
             if prev_reply is not None:
-                waiting = _waiting_ids(segments[prev_reply].parts)
+                waiting = _waiting_ids(segments[prev_reply][2])
                 if waiting:
-                    results: dict[str, int] = {}
-                    for pi, p in enumerate(seg.parts):
-                        if type(p) is ToolResultPart and p.call_id in waiting and p.call_id not in results:
-                            results[p.call_id] = pi
-                    for pi, p in enumerate(seg.parts):
-                        if (type(p) is ToolCallPart and p.call_id in waiting and p.approval != "pending"
-                                and (prev_reply, p.call_id) not in self.replacements):
-                            ri = results.get(p.call_id)
-                            res = seg.parts[ri] if ri is not None else None
-                            self.replacements[(prev_reply, p.call_id)] = (p, res)  # type: ignore[assignment]
-                            self.consumed.add((si, pi))
-                            if ri is not None:
-                                self.consumed.add((si, ri))
+                    self.pair_repeated_calls(prev_reply, waiting, si, parts)
             prev_reply = si
 
-    def user(self, seg: _Segment) -> None:
+    def pair_repeated_calls(self, prev_reply: int, waiting: set[str], si: int, parts: Sequence[Part]) -> None:
+        results: dict[str, int] = {}
+        for pi, p in enumerate(parts):
+            if type(p) is ToolResultPart and p.call_id in waiting and p.call_id not in results:
+                results[p.call_id] = pi
+        consumed = self.consumed.setdefault(si, set())
+        for pi, p in enumerate(parts):
+            if (type(p) is ToolCallPart and p.call_id in waiting and p.approval != "pending"
+                    and (prev_reply, p.call_id) not in self.replacements):
+                ri = results.get(p.call_id)
+                res = parts[ri] if ri is not None else None
+                self.replacements[(prev_reply, p.call_id)] = (p, res)  # type: ignore[assignment]
+                consumed.add(pi)
+                if ri is not None:
+                    consumed.add(ri)
+
+    def user(self, rkey: str, parts: Sequence[Part]) -> None:
         blocks: list[Content] = []
-        for pi, p in enumerate(seg.parts):
-            path = f"{seg.rkey}.parts[{pi}]"
+        content_parts = _CONTENT_PARTS
+        for pi, p in enumerate(parts):
             t = type(p)
             if t is ToolApprovalPart:
                 continue  # answers go to the approval resolution, not to the model
             if t is ToolCallPart or t is ToolResultPart:
-                self.note(path, _INVALID, f"{_type_name(p)} in a user message; left out")
+                self.note(_part_path(rkey, pi), _INVALID, f"{_type_name(p)} in a user message; left out")
                 continue
-            self.content_part(p, path, blocks)
+            content_parts.get(t, _Builder.other)(self, p, rkey, pi, blocks)
         if blocks:
-            self.out.append(Message(Role.USER, blocks))
+            self.out.append(Message(_USER, blocks))
 
-    def reply(self, si: int, seg: _Segment) -> None:
-        parts = seg.parts
-        if seg.status not in (None, STATUS_COMPLETE, STATUS_AWAITING_APPROVAL) and parts:
-            self.note(seg.rkey, _DEGRADED,
-                      f"reply has status {seg.status}; its partial content is included")
-        results: dict[str, ToolResultPart] = {}
-        call_ids = {p.call_id for p in parts if type(p) is ToolCallPart}
+    def reply(self, si: int, rkey: str, parts: Sequence[Part], status: str | None) -> None:
+        if status not in (None, STATUS_COMPLETE, STATUS_AWAITING_APPROVAL) and parts:
+            self.note(rkey, _DEGRADED, f"reply has status {status}; its partial content is included")
+        consumed = self.consumed.get(si) or ()
+        results = self.own_results(parts, rkey, consumed)
+        blocks: list[Content] = []  # the current assistant turn
+        calls: list[ToolResult] = []  # the results of its calls, in call order
+        content_parts = _CONTENT_PARTS
         for pi, p in enumerate(parts):
-            if type(p) is ToolResultPart and (si, pi) not in self.consumed:
-                if p.call_id in results:
-                    self.note(f"{seg.rkey}.parts[{pi}]", _INVALID, "second result for one call; left out")
-                elif p.call_id not in call_ids:
-                    self.note(f"{seg.rkey}.parts[{pi}]", _INVALID, "result without a call in this reply; left out")
-                else:
-                    results[p.call_id] = p
-        blocks: list[Content] = []
-        calls: list[tuple[str, ToolResult]] = []  # request id, result
-
-        def flush() -> None:
-            if blocks:
-                self.out.append(Message(Role.ASSISTANT, list(blocks)))
-            for _, tr in calls:
-                self.out.append(Message(Role.TOOL, [tr]))
-            blocks.clear()
-            calls.clear()
-
-        for pi, p in enumerate(parts):
-            if (si, pi) in self.consumed:
+            if pi in consumed:
                 continue
             t = type(p)
-            path = f"{seg.rkey}.parts[{pi}]"
-            if t is ToolResultPart:
-                continue  # placed after its call's turn
             if t is ToolCallPart:
-                self.call(si, seg, pi, p, results, blocks, calls)  # type: ignore[arg-type]
-                continue
-            if t is ToolApprovalPart:
-                self.note(path, _INVALID, "toolApprovalPart in a reply; left out")
-                continue
-            if calls and t is not SourcePart:
-                flush()  # the next tool-loop step
-            self.content_part(p, path, blocks)
-        flush()
+                self.call(si, rkey, pi, p, results, blocks, calls)  # type: ignore[arg-type]
+            elif t is ToolResultPart:
+                pass  # placed after its call's turn
+            elif t is ToolApprovalPart:
+                self.note(_part_path(rkey, pi), _INVALID, "toolApprovalPart in a reply; left out")
+            else:
+                if calls and t is not SourcePart:
+                    self.end_turn(blocks, calls)  # the next tool-loop step
+                    blocks, calls = [], []
+                content_parts.get(t, _Builder.other)(self, p, rkey, pi, blocks)
+        self.end_turn(blocks, calls)
+
+    def own_results(self, parts: Sequence[Part], rkey: str, consumed: Collection[int]) -> dict[str, ToolResultPart]:
+        """The results of this reply's own calls by call id; stray results are reported."""
+        results: dict[str, ToolResultPart] = {}
+        if ToolResultPart not in map(type, parts):  # the usual case, checked cheaply
+            return results
+        found = [(pi, p) for pi, p in enumerate(parts) if type(p) is ToolResultPart and pi not in consumed]
+        call_ids = {p.call_id for p in parts if type(p) is ToolCallPart}
+        for pi, r in found:
+            if r.call_id in results:
+                self.note(_part_path(rkey, pi), _INVALID, "second result for one call; left out")
+            elif r.call_id not in call_ids:
+                self.note(_part_path(rkey, pi), _INVALID, "result without a call in this reply; left out")
+            else:
+                results[r.call_id] = r
+        return results
+
+    def end_turn(self, blocks: list[Content], calls: list[ToolResult]) -> None:
+        """Emit one assistant turn, then one tool message per call."""
+        out = self.out
+        if blocks:
+            out.append(Message(_ASSISTANT, blocks))
+        for tr in calls:
+            out.append(Message(_TOOL, [tr]))
 
     def call(
         self,
         si: int,
-        seg: _Segment,
+        rkey: str,
         pi: int,
         p: ToolCallPart,
         results: dict[str, ToolResultPart],
         blocks: list[Content],
-        calls: list[tuple[str, ToolResult]],
+        calls: list[ToolResult],
     ) -> None:
-        path = f"{seg.rkey}.parts[{pi}]"
         call = p
         res = results.get(p.call_id)
         synthetic: str | None = None
@@ -306,113 +319,126 @@ class _Builder:
                 synthetic = NOT_RUN_ENDED
         rid = call.call_id
         if not rid or rid in self.emitted:
-            base = rid or f"call_{_safe(seg.rkey)}_{pi}"
-            n = 1
-            new = base if base not in self.emitted else f"{base}_{n}"
-            while new in self.emitted:
-                n += 1
-                new = f"{base}_{n}"
-            self.note(f"{path}.callId", _DEGRADED,
-                      "empty call id given one in the request" if not rid
-                      else "call id used by an earlier call; renamed in the request")
-            rid = new
+            rid = self.rename_call(rid, rkey, pi)
         self.emitted.add(rid)
         pd = None
         if call.provider_data is not None:
-            pd = self._provider_data(call.provider_data, f"{path}.providerData")
+            pd = self._provider_data(call.provider_data, rkey, pi)
         blocks.append(ToolUse(rid, call.tool, call.input, pd.provider_data if pd is not None else None))
         if synthetic is not None:
-            self.note(path, _DEGRADED, f"call has no result; answered as '{synthetic}'")
-            calls.append((rid, ToolResult(rid, [Text(synthetic)], True)))
+            self.note(_part_path(rkey, pi), _DEGRADED, f"call has no result; answered as '{synthetic}'")
+            calls.append(ToolResult(rid, [Text(synthetic)], True))
             return
         assert res is not None
         if res.output_blob is not None:
-            self.note(f"{path}.outputBlob", _DEGRADED, "full output blob not sent; the summary in output is")
-        calls.append((rid, ToolResult(rid, [Text(res.output)], res.is_error)))
+            self.note(_part_path(rkey, pi, "outputBlob"), _DEGRADED,
+                      "full output blob not sent; the summary in output is")
+        calls.append(ToolResult(rid, [Text(res.output)], res.is_error))
+
+    def rename_call(self, rid: str, rkey: str, pi: int) -> str:
+        """A request id for a call whose id is empty or already used (reported)."""
+        base = rid or f"call_{_safe(rkey)}_{pi}"
+        n = 1
+        new = base if base not in self.emitted else f"{base}_{n}"
+        while new in self.emitted:
+            n += 1
+            new = f"{base}_{n}"
+        self.note(_part_path(rkey, pi, "callId"), _DEGRADED,
+                  "empty call id given one in the request" if not rid
+                  else "call id used by an earlier call; renamed in the request")
+        return new
 
     # -- single parts ------------------------------------------------------------------
 
-    def _provider_data(self, text: str, path: str) -> Any:
+    def _provider_data(self, text: str, rkey: str, pi: int) -> DecodedProviderData | None:
         try:
             return decode_provider_data(text)
         except ValueError as e:
-            self.note(path, _INVALID, f"{e}; not sent")
+            self.note(_part_path(rkey, pi, "providerData"), _INVALID, f"{e}; not sent")
             return None
 
-    def content_part(self, p: Part, path: str, blocks: list[Content]) -> None:
-        t = type(p)
-        if t is TextPart:
-            pd = self._provider_data(p.provider_data, f"{path}.providerData") if p.provider_data else None  # type: ignore[union-attr]
-            blocks.append(Text(p.text, None, pd.provider_data if pd is not None else None))  # type: ignore[union-attr]
-        elif t is ReasoningPart:
-            self.reasoning(p, path, blocks)  # type: ignore[arg-type]
-        elif t is SourcePart:
-            last = blocks[-1] if blocks else None
-            if type(last) is Text:
-                ann = Annotation("url", p.title, p.url)  # type: ignore[union-attr]
-                if last.annotations is None:
-                    last.annotations = [ann]
-                else:
-                    last.annotations.append(ann)
-            else:
-                self.note(path, _UNSUPPORTED, "sourcePart without a text part before it; left out")
-        elif t is ImagePart:
-            self.image(p, path, blocks)  # type: ignore[arg-type]
-        elif t is FilePart:
-            self.file(p, path, blocks)  # type: ignore[arg-type]
-        elif t is UnknownPart:
-            self.note(path, _UNSUPPORTED, f"unknown part type {p.type!r}; left out")  # type: ignore[union-attr]
-        else:
-            self.note(path, _UNSUPPORTED, f"{_type_name(p)} left out")
+    # Each appends the Lux block(s) of one content part to ``blocks`` (dispatched by
+    # part type through _CONTENT_PARTS) or reports why it cannot.
 
-    def reasoning(self, p: ReasoningPart, path: str, blocks: list[Content]) -> None:
+    def text(self, p: TextPart, rkey: str, pi: int, blocks: list[Content]) -> None:
+        pd = self._provider_data(p.provider_data, rkey, pi) if p.provider_data else None
+        blocks.append(Text(p.text, None, pd.provider_data if pd is not None else None))
+
+    def reasoning(self, p: ReasoningPart, rkey: str, pi: int, blocks: list[Content]) -> None:
         text = p.text or ""
-        if p.provider_data is None:
-            if text:
-                blocks.append(Thinking(text))
-            return
-        d = self._provider_data(p.provider_data, f"{path}.providerData")
+        d = self._provider_data(p.provider_data, rkey, pi) if p.provider_data is not None else None
         if d is None:
             if text:
                 blocks.append(Thinking(text))
-            return
-        if d.summary and text:
+        elif d.summary and text:
             blocks.append(Thinking("", d.redacted, d.signature, [Text(text)], d.provider_data))
         else:
             blocks.append(Thinking(text, d.redacted, d.signature, None, d.provider_data))
 
-    def image(self, p: ImagePart, path: str, blocks: list[Content]) -> None:
+    def source(self, p: SourcePart, rkey: str, pi: int, blocks: list[Content]) -> None:
+        last = blocks[-1] if blocks else None
+        if type(last) is Text:
+            ann = Annotation("url", p.title, p.url)
+            if last.annotations is None:
+                last.annotations = [ann]
+            else:
+                last.annotations.append(ann)
+        else:
+            self.note(_part_path(rkey, pi), _UNSUPPORTED, "sourcePart without a text part before it; left out")
+
+    def image(self, p: ImagePart, rkey: str, pi: int, blocks: list[Content]) -> None:
         data = self.blobs.get(p.image.ref)
         if data is None:
             if p.alt:
                 blocks.append(Text(f"[image: {p.alt}]"))
-            self.note(path, _UNSUPPORTED,
+            self.note(_part_path(rkey, pi), _UNSUPPORTED,
                       "image blob not available; left out" + (" (its alt text is sent)" if p.alt else ""))
             return
         blocks.append(Media("image", p.image.mime_type,
                             MediaSource("inline", base64.b64encode(data).decode("ascii"))))
 
-    def file(self, p: FilePart, path: str, blocks: list[Content]) -> None:
+    def file(self, p: FilePart, rkey: str, pi: int, blocks: list[Content]) -> None:
         name = p.name or "attachment"
         if p.extracted is None:
-            self.note(path, _UNSUPPORTED, f"file ({p.file.mime_type}) has no extracted text; left out")
+            self.note(_part_path(rkey, pi), _UNSUPPORTED, f"file ({p.file.mime_type}) has no extracted text; left out")
             return
         data = self.blobs.get(p.extracted.text.ref)
         if data is None:
-            self.note(path, _UNSUPPORTED, "extracted-text blob not available; file left out")
+            self.note(_part_path(rkey, pi), _UNSUPPORTED, "extracted-text blob not available; file left out")
             return
         try:
             text = data.decode("utf-8")
         except UnicodeDecodeError:
             text = data.decode("utf-8", errors="replace")
-            self.note(f"{path}.extracted", _DEGRADED, "extracted text is not valid UTF-8; bad bytes replaced")
+            self.note(_part_path(rkey, pi, "extracted"), _DEGRADED,
+                      "extracted text is not valid UTF-8; bad bytes replaced")
         blocks.append(Text(f"[file: {name}]\n{text}"))
+
+    def unknown(self, p: UnknownPart, rkey: str, pi: int, blocks: list[Content]) -> None:
+        self.note(_part_path(rkey, pi), _UNSUPPORTED, f"unknown part type {p.type!r}; left out")
+
+    def other(self, p: Part, rkey: str, pi: int, blocks: list[Content]) -> None:
+        self.note(_part_path(rkey, pi), _UNSUPPORTED, f"{_type_name(p)} left out")
+
+
+# Content part type -> the _Builder method that maps it (any other type: ``other``).
+_CONTENT_PARTS: dict[type, Callable[[_Builder, Any, str, int, list[Content]], None]] = {
+    TextPart: _Builder.text,
+    ReasoningPart: _Builder.reasoning,
+    SourcePart: _Builder.source,
+    ImagePart: _Builder.image,
+    FilePart: _Builder.file,
+    UnknownPart: _Builder.unknown,
+}
 
 
 def _waiting_ids(parts: Sequence[Part]) -> set[str]:
-    done = {p.call_id for p in parts if type(p) is ToolResultPart}
-    return {p.call_id for p in parts if type(p) is ToolCallPart and p.approval == "pending"
-            and p.call_id not in done}
+    if ToolCallPart not in map(type, parts):  # the usual case, checked cheaply
+        return set()
+    waiting = {p.call_id for p in parts if type(p) is ToolCallPart and p.approval == "pending"}
+    if waiting:
+        waiting.difference_update([p.call_id for p in parts if type(p) is ToolResultPart])
+    return waiting
 
 
 def _type_name(p: Any) -> str:
@@ -422,5 +448,8 @@ def _type_name(p: Any) -> str:
     return type(p).__name__
 
 
+_UNSAFE_ID_CHARS = re.compile(r"[^A-Za-z0-9_-]")
+
+
 def _safe(rkey: str) -> str:
-    return "".join(c if c.isascii() and (c.isalnum() or c in "_-") else "_" for c in rkey)
+    return _UNSAFE_ID_CHARS.sub("_", rkey)
