@@ -11,7 +11,6 @@ Scripts must be stateless between calls, except within one stream: a
 from __future__ import annotations
 
 import json
-import queue
 import threading
 import time
 from contextlib import contextmanager
@@ -32,7 +31,13 @@ POOL_WAIT_SECONDS = 30.0
 
 
 class _RuntimePool:
-    """Up to ``size`` runtimes, each running the same script; created on demand."""
+    """Up to ``size`` runtimes, each running the same script; created on demand.
+
+    The idle runtimes are a plain list: ``list.pop``/``list.append`` are atomic
+    under the GIL, so the common case (a runtime is idle) takes no lock, which
+    matters at ~2 µs per Lua call. The condition variable is touched only when a
+    caller has to wait for a runtime.
+    """
 
     def __init__(self, name: str, source: bytes, chunkname: str, limits: SandboxLimits,
                  services: AdapterServices, first: LuaSandbox) -> None:
@@ -41,15 +46,27 @@ class _RuntimePool:
         self._chunkname = chunkname
         self._limits = limits
         self._services = services
-        self._idle: queue.LifoQueue[LuaSandbox] = queue.LifoQueue()
-        self._idle.put(first)
+        self._idle: list[LuaSandbox] = [first]
         self._created = 1
         self._lock = threading.Lock()
+        self._freed = threading.Condition(self._lock)
+        self._waiters = 0
 
     def _new(self) -> LuaSandbox:
         rt = LuaSandbox(self._name, self._limits, self._services)
         rt.load_script(self._source, self._chunkname)
         return rt
+
+    def call(self, fname: str, arg: str | bytes) -> str:
+        """``adapter.<fname>(arg)`` on an idle runtime (the hot path of every request)."""
+        try:
+            rt = self._idle.pop()
+        except IndexError:
+            rt = self._acquire()
+        try:
+            return rt.call_string(fname, arg)
+        finally:
+            self._release(rt)
 
     @contextmanager
     def runtime(self) -> Iterator[LuaSandbox]:
@@ -65,8 +82,8 @@ class _RuntimePool:
         deadline = time.monotonic() + POOL_WAIT_SECONDS
         while True:
             try:
-                return self._idle.get_nowait()
-            except queue.Empty:
+                return self._idle.pop()
+            except IndexError:
                 pass
             with self._lock:
                 grow = self._created < self._limits.pool_size
@@ -85,17 +102,25 @@ class _RuntimePool:
                     f"adapter {self._name!r}: all {self._limits.pool_size} runtimes stayed busy for "
                     f"{POOL_WAIT_SECONDS:g} s; raise [adapters] pool_size or check the script for slow calls"
                 )
-            try:
-                return self._idle.get(timeout=min(0.05, left))
-            except queue.Empty:
-                continue
+            with self._freed:
+                self._waiters += 1
+                try:
+                    # Re-checked under the lock: a release between the pop above and
+                    # here notifies only once we wait (it needs the lock to notify).
+                    if not self._idle:
+                        self._freed.wait(timeout=min(0.05, left))
+                finally:
+                    self._waiters -= 1
 
     def _release(self, rt: LuaSandbox) -> None:
         if rt.broken:
             with self._lock:
                 self._created -= 1
             return
-        self._idle.put(rt)
+        self._idle.append(rt)
+        if self._waiters:
+            with self._freed:
+                self._freed.notify()
 
     def acquire_pinned(self) -> tuple[LuaSandbox, bool]:
         """A runtime for the whole of one stream: ``(runtime, True)``.
@@ -107,8 +132,8 @@ class _RuntimePool:
         waiting for a stream to end. Never blocks.
         """
         try:
-            rt = self._idle.get_nowait()
-        except queue.Empty:
+            rt = self._idle.pop()
+        except IndexError:
             return self._new(), True
         with self._lock:
             self._created -= 1
@@ -123,7 +148,7 @@ class _RuntimePool:
             if room:
                 self._created += 1
         if room:
-            self._idle.put(rt)
+            self._release(rt)
 
 
 AUTH_STYLES = ("bearer", "x-api-key", "x-goog-api-key", "none")
@@ -243,22 +268,19 @@ class Adapter:
     def has_build_url(self) -> bool:
         return self._functions.get("build_url", False)
 
-    def transform_request(self, request_json: str) -> str:
-        """CompletionRequest JSON → the provider's request body."""
-        with self._pool.runtime() as rt:
-            return rt.call_string("transform_request", request_json)
+    def transform_request(self, request_json: str | bytes) -> str:
+        """CompletionRequest JSON (text, or UTF-8 bytes) → the provider's request body."""
+        return self._pool.call("transform_request", request_json)
 
-    def transform_response(self, raw: str) -> str:
-        """Provider response body → CompletionResponse JSON."""
-        with self._pool.runtime() as rt:
-            return rt.call_string("transform_response", raw)
+    def transform_response(self, raw: str | bytes) -> str:
+        """Provider response body (text, or UTF-8 bytes) → CompletionResponse JSON."""
+        return self._pool.call("transform_response", raw)
 
     def transform_stream_chunk(self, raw_line: str) -> str:
         """One SSE ``data:`` payload → StreamChunk JSON, or ``""`` (see ADAPTER.md)."""
         if not self.has_stream_transform:
             raise AdapterError(f"adapter {self.name!r} has no transform_stream_chunk")
-        with self._pool.runtime() as rt:
-            return rt.call_string("transform_stream_chunk", raw_line)
+        return self._pool.call("transform_stream_chunk", raw_line)
 
     def build_headers(self, meta: Mapping[str, Any]) -> dict[str, str] | None:
         """Dynamic headers from the optional ``build_headers(meta)`` hook.

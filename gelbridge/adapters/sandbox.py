@@ -216,14 +216,27 @@ class LuaSandbox:
             raise AdapterLoadError(msg)
         return json.loads(_text(value))
 
-    def call_string(self, fname: str, arg: str) -> str:
-        """Call ``adapter.<fname>(arg)``; the script must return a string."""
-        dl, budget = self._budget()
-        status, value = self._run(
-            self._invoke, fname, b"string", fname.encode(), dl, budget,
-            arg.encode("utf-8", "replace"), None,
-        )
-        return self._result(fname, status, value)  # type: ignore[return-value]
+    def call_string(self, fname: str, arg: str | bytes) -> str:
+        """Call ``adapter.<fname>(arg)``; the script must return a string.
+
+        ``arg`` may be UTF-8 bytes already (e.g. from ``orjson.dumps``): passed as is."""
+        if type(arg) is not bytes:
+            arg = arg.encode("utf-8", "replace")  # type: ignore[union-attr]
+        lim = self.limits
+        try:
+            status, value = self._invoke(b"string", fname.encode(), time.monotonic() + lim.time_limit,
+                                         float(lim.max_instructions // HOOK_EVERY), arg, None)
+        except self._memory_error:
+            raise self._violation("memory", fname) from None
+        except self._lua_error as e:  # only the prelude itself can get here
+            self.broken = True
+            raise AdapterError(f"adapter {self.adapter!r}: {fname} failed in the host: {_text(e)[:300]}") from None
+        if status == b"ok" and type(value) is bytes:
+            return value.decode("utf-8", "replace")
+        st = _text(status)
+        if st == "violation":
+            raise self._violation(_text(value), fname)
+        return self._result(fname, st, value)  # type: ignore[return-value]
 
     def stream_caller(self, fname: str) -> Callable[[str, Any], str]:
         """A bound ``adapter.<fname>(data, state)`` for the chunks of one stream.
