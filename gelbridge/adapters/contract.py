@@ -64,6 +64,7 @@ from gelbridge.lux import (
     normalize_error_kind,
     strip_foreign_provider_data,
 )
+from gelbridge.lux.models import read_plain_response, request_json
 
 COMPLETION_FORMAT = "completion"
 LUX_FORMAT = "lux-ir-v1"
@@ -762,12 +763,11 @@ def lux_request_for_adapter(
 ) -> Converted[dict[str, Any]]:
     """The Lux IR request JSON a ``lux-ir-v1`` script receives: provider data not
     produced by exactly ``provider``/``model`` stripped, call ids mapped."""
-    stripped, diags = strip_foreign_provider_data(req, provider, model)
-    if id_map is not None:
-        stripped = map_tool_call_ids(stripped, id_map)
-    if stripped.model != model:
-        stripped = replace(stripped, model=model)
-    return Converted(stripped.to_json(), list(diags))
+    stripped, diags = strip_foreign_provider_data(req, provider, model)  # no copy when clean
+    # Ids are mapped and the model set while writing the JSON (no copy of the request):
+    # the same map, in the same order, as ``map_tool_call_ids``.
+    map_id = id_map.map if id_map is not None and id_map.rule is not None else None
+    return Converted(request_json(stripped, model=model, map_id=map_id), list(diags))
 
 
 def _fill_pd(pd: Any, provider: str, model: str) -> None:
@@ -806,6 +806,9 @@ def lux_response_from_adapter(obj: Any, *, provider: str, model: str) -> Convert
         obj["model"] = model
     if obj.get("id") is None:
         obj["id"] = ""
+    plain = read_plain_response(obj, (provider, model))  # one pass for the usual answer
+    if plain is not None:
+        return Converted(plain, [])
     for ch in obj.get("choices") or []:
         msg = ch.get("message") if isinstance(ch, dict) else None
         content = msg.get("content") if isinstance(msg, dict) else None

@@ -28,6 +28,16 @@ from gelbridge.lux import LuxRequest, Message, ToolResult, ToolUse
 _UNSAFE = re.compile(r"[^A-Za-z0-9_-]")
 _B62 = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
 _SUFFIX_HEX = 8
+_PATTERNS: dict[str, re.Pattern[str]] = {}
+
+
+def _compiled(pattern: str) -> re.Pattern[str]:
+    """The compiled rule pattern (a few per process; ``re.search`` would look it up in
+    ``re``'s cache on every id)."""
+    got = _PATTERNS.get(pattern)
+    if got is None:
+        got = _PATTERNS[pattern] = re.compile(pattern)
+    return got
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,7 +57,7 @@ class ToolCallIdRule:
             return False
         if self.max_length is not None and len(cid) > self.max_length:
             return False
-        if self.pattern is not None and re.search(self.pattern, cid) is None:
+        if self.pattern is not None and _compiled(self.pattern).search(cid) is None:
             return False
         return True
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any, Union
+from typing import Any, Callable, Union
 
 from gelbridge.lux.diagnostics import ConversionStatus, Converted, Diagnostic
 from gelbridge.lux.errors import LuxDecodeError
@@ -207,7 +207,7 @@ class ToolResult:
     def payload_json(self) -> dict[str, Any]:
         return {
             "tool_use_id": self.tool_use_id,
-            "content": [c.to_json() for c in self.content],
+            "content": contents_json(self.content),
             "is_error": self.is_error,
         }
 
@@ -231,7 +231,7 @@ class Thinking:
         if self.signature is not None:
             out["signature"] = self.signature
         if self.summary is not None:
-            out["summary"] = [c.to_json() for c in self.summary]
+            out["summary"] = contents_json(self.summary)
         return out
 
     def to_json(self) -> dict[str, Any]:
@@ -317,7 +317,7 @@ class Message:
     phase: str | None = None  # Codex phase (commentary / final_answer); extension
 
     def payload_json(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"role": self.role, "content": [c.to_json() for c in self.content]}
+        out: dict[str, Any] = {"role": self.role, "content": contents_json(self.content)}
         if self.phase is not None:
             out["phase"] = self.phase
         return out
@@ -525,10 +525,13 @@ class LuxRequest:
     schema_version: str = SCHEMA_VERSION
 
     def to_json(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"schema_version": self.schema_version, "model": self.model}
+        return request_json(self)
+
+    def _json(self, model: str, map_id: Callable[[str], str] | None) -> dict[str, Any]:
+        out: dict[str, Any] = {"schema_version": self.schema_version, "model": model}
         if self.instructions is not None:
-            out["instructions"] = [c.to_json() for c in self.instructions]
-        out["conversation"] = [i.to_json() for i in self.conversation]
+            out["instructions"] = contents_json(self.instructions)
+        out["conversation"] = conversation_json(self.conversation, map_id)
         if self.tools is not None:
             out["tools"] = [t.to_json() for t in self.tools]
         if self.tool_choice is not None:
@@ -547,6 +550,74 @@ class LuxRequest:
     @classmethod
     def from_json(cls, obj: Any) -> "LuxRequest":
         return decode_request(obj).value
+
+
+def request_json(req: LuxRequest, *, model: str | None = None,
+                 map_id: Callable[[str], str] | None = None) -> dict[str, Any]:
+    """``req.to_json()``, optionally with another ``model`` and with every tool-call id
+    of the conversation's messages (``tool_use.id``, ``tool_result.tool_use_id``, in
+    conversation order) passed through ``map_id``: what an adapter receives, without
+    copying the request first."""
+    return req._json(req.model if model is None else model, map_id)
+
+
+def contents_json(blocks: list[Content], map_id: Callable[[str], str] | None = None) -> list[dict[str, Any]]:
+    """``[c.to_json() for c in blocks]``, with the common blocks written inline (this is
+    the bulk of a request: a per-block method call and helper dicts cost more than
+    the dicts themselves). ``map_id``: as in ``request_json``, for these blocks only."""
+    out: list[dict[str, Any]] = []
+    append = out.append
+    for c in blocks:
+        t = type(c)
+        if t is Text:
+            if c.annotations is None and c.provider_data is None:  # type: ignore[union-attr]
+                append({"type": "text", "text": c.text})  # type: ignore[union-attr]
+            else:
+                append(c.to_json())
+        elif t is Thinking:
+            p: dict[str, Any] = {"text": c.text, "redacted": c.redacted}  # type: ignore[union-attr]
+            if c.signature is not None:  # type: ignore[union-attr]
+                p["signature"] = c.signature  # type: ignore[union-attr]
+            if c.summary is not None:  # type: ignore[union-attr]
+                p["summary"] = contents_json(c.summary)  # type: ignore[union-attr]
+            d: dict[str, Any] = {"type": "thinking", "thinking": p}
+            pd = c.provider_data  # type: ignore[union-attr]
+            if pd is not None:
+                d["provider_data"] = {"provider": pd.provider, "model": pd.model, "data": pd.data}
+            append(d)
+        elif t is ToolUse:
+            cid = c.id if map_id is None else map_id(c.id)  # type: ignore[union-attr]
+            d = {"type": "tool_use",
+                 "tool_use": {"id": cid, "name": c.name, "arguments": c.arguments}}  # type: ignore[union-attr]
+            pd = c.provider_data  # type: ignore[union-attr]
+            if pd is not None:
+                d["provider_data"] = {"provider": pd.provider, "model": pd.model, "data": pd.data}
+            append(d)
+        elif t is ToolResult:
+            rid = c.tool_use_id if map_id is None else map_id(c.tool_use_id)  # type: ignore[union-attr]
+            append({"type": "tool_result", "tool_result": {
+                "tool_use_id": rid, "content": contents_json(c.content),  # type: ignore[union-attr]
+                "is_error": c.is_error}})  # type: ignore[union-attr]
+        else:
+            append(c.to_json())
+    return out
+
+
+def conversation_json(items: list[ConversationItem],
+                      map_id: Callable[[str], str] | None = None) -> list[dict[str, Any]]:
+    """``[i.to_json() for i in items]`` (see ``contents_json``; ``map_id`` applies to the
+    top-level blocks of each message)."""
+    out: list[dict[str, Any]] = []
+    append = out.append
+    for item in items:
+        if type(item) is Message:
+            m: dict[str, Any] = {"role": item.role, "content": contents_json(item.content, map_id)}
+            if item.phase is not None:
+                m["phase"] = item.phase
+            append({"type": "message", "message": m})
+        else:
+            append(item.to_json())
+    return out
 
 
 # --- response -------------------------------------------------------------------------
@@ -671,8 +742,144 @@ def decode_request(obj: Any) -> Converted[LuxRequest]:
 
 def decode_response(obj: Any) -> Converted[LuxResponse]:
     """Read a response plus reading diagnostics."""
+    fast = read_plain_response(obj)
+    if fast is not None:
+        return Converted(fast, [])
     d = _Decoder()
     return Converted(d.response(obj), d.diags)
+
+
+class _NotPlain(Exception):
+    """Raised inside ``read_plain_response``: leave this input to the full reader."""
+
+
+_NOT_PLAIN = _NotPlain()
+_USAGE_KEYS = ("prompt_tokens", "completion_tokens", "total_tokens", "reasoning_tokens", "cached_tokens",
+               "cache_creation_tokens")
+
+
+def read_plain_response(obj: Any, tag: tuple[str, str] | None = None) -> LuxResponse | None:
+    """The common response in one pass, or None to use the full reader (``decode_response``).
+
+    Reads only canonical, well-typed responses whose content is text (no annotations),
+    thinking (no summary), tool_use and refusal blocks, without error, safety ratings
+    or ``message.reasoning``; for such input it returns exactly what ``decode_response``
+    returns, which has no diagnostics then. Anything else (a wrong type, a missing
+    field, another block type) gives None, and the full reader decides, reports or
+    raises. ``tag`` = (provider, model) also does what ``lux_response_from_adapter``
+    does around the full reader: empty ``provider``/``model`` of provider_data are
+    filled in, and an untagged signature or redacted thinking gets the tag.
+    """
+    try:
+        return _plain_response(obj, tag)
+    except _NotPlain:
+        return None
+
+
+def _plain_pd(v: Any, tag: tuple[str, str] | None) -> ProviderData | None:
+    if v is None:
+        return None
+    if type(v) is not dict:
+        raise _NOT_PLAIN
+    p, m, data = v.get("provider"), v.get("model"), v.get("data")
+    if tag is not None:
+        if not p:
+            p = tag[0]
+        if not m:
+            m = tag[1]
+        if data is None:
+            data = {}
+    elif data is None and "data" not in v:
+        data = {}
+    if type(p) is not str or type(m) is not str or type(data) is not dict:
+        raise _NOT_PLAIN
+    return ProviderData(p, m, dict(data))
+
+
+def _plain_content(blocks: Any, tag: tuple[str, str] | None) -> list[Content]:
+    if type(blocks) is not list:
+        raise _NOT_PLAIN
+    out: list[Content] = []
+    append = out.append
+    for o in blocks:
+        if type(o) is not dict:
+            raise _NOT_PLAIN
+        t = o.get("type")
+        if t == "text":
+            text = o.get("text")
+            if type(text) is not str or o.get("annotations") is not None:
+                raise _NOT_PLAIN
+            append(Text(text, None, _plain_pd(o.get("provider_data"), tag)))
+        elif t == "thinking":
+            p = o.get("thinking")
+            if type(p) is not dict or p.get("summary") is not None:
+                raise _NOT_PLAIN
+            text, redacted, sig = p.get("text", ""), p.get("redacted", False), p.get("signature")
+            if type(text) is not str or type(redacted) is not bool or (sig is not None and type(sig) is not str):
+                raise _NOT_PLAIN
+            pd = _plain_pd(o["provider_data"] if "provider_data" in o else p.get("provider_data"), tag)
+            if pd is None and tag is not None and (sig is not None or redacted):
+                pd = ProviderData(tag[0], tag[1], {})
+            append(Thinking(text, redacted, sig, None, pd))
+        elif t == "tool_use":
+            p = o.get("tool_use")
+            if type(p) is not dict:
+                raise _NOT_PLAIN
+            cid, name, args = p.get("id"), p.get("name"), p.get("arguments")
+            if type(cid) is not str or type(name) is not str:
+                raise _NOT_PLAIN
+            if args is None:
+                args = "{}"
+            elif type(args) is not str:
+                args = json.dumps(args, separators=(",", ":"), ensure_ascii=False)
+            pd = _plain_pd(o["provider_data"] if "provider_data" in o else p.get("provider_data"), tag)
+            append(ToolUse(cid, name, args, pd))
+        elif t == "refusal":
+            r = o.get("refusal")
+            if type(r) is not str:
+                raise _NOT_PLAIN
+            append(Refusal(r))
+        else:
+            raise _NOT_PLAIN
+    return out
+
+
+def _plain_response(o: Any, tag: tuple[str, str] | None) -> LuxResponse:
+    if type(o) is not dict or o.get("schema_version") != SCHEMA_VERSION or o.get("error") is not None:
+        raise _NOT_PLAIN
+    rid, model, choices = o.get("id"), o.get("model"), o.get("choices")
+    if type(rid) is not str or type(model) is not str or type(choices) is not list or not choices:
+        raise _NOT_PLAIN
+    out_choices = []
+    for c in choices:
+        if type(c) is not dict or c.get("safety_ratings") is not None:
+            raise _NOT_PLAIN
+        fr, msg = c.get("finish_reason"), c.get("message")
+        if type(fr) is not str or type(msg) is not dict or "reasoning" in msg:
+            raise _NOT_PLAIN
+        role, phase = msg.get("role"), msg.get("phase")
+        if type(role) is not str or (phase is not None and type(phase) is not str):
+            raise _NOT_PLAIN
+        index = c.get("index", 0)
+        out_choices.append(Choice(index if isinstance(index, int) else 0,
+                                  Message(_ROLES.get(role, role), _plain_content(msg.get("content", []), tag), phase),
+                                  _FINISH.get(fr, fr)))
+    created = o.get("created_at")
+    if created is not None and type(created) is not int:
+        raise _NOT_PLAIN
+    usage = None
+    u = o.get("usage")
+    if u is not None:
+        if type(u) is not dict:
+            raise _NOT_PLAIN
+        for k in _USAGE_KEYS:
+            v = u.get(k)
+            if v is not None and type(v) is not int:
+                raise _NOT_PLAIN
+        p, cpl, tot = u.get("prompt_tokens") or 0, u.get("completion_tokens") or 0, u.get("total_tokens")
+        usage = Usage(p, cpl, p + cpl if tot is None else tot, u.get("reasoning_tokens"), u.get("cached_tokens"),
+                      u.get("cache_creation_tokens"))
+    return LuxResponse(rid, model, out_choices, created, usage, o.get("provider_payload"))
 
 
 def content_from_json(obj: Any, path: str = "content") -> Content:

@@ -27,6 +27,8 @@ def strip_foreign_provider_data(
     text without signature. One ``degraded`` diagnostic per removal. The input is
     not modified.
     """
+    if not _any_foreign_request(request, provider, model):
+        return request, []  # the common case: one cheap scan, no copy
     diags: list[Diagnostic] = []
     instructions = request.instructions
     if instructions is not None:
@@ -42,6 +44,38 @@ def strip_foreign_provider_data(
     if not diags:
         return request, diags
     return replace(request, instructions=instructions, conversation=conversation), diags
+
+
+def _any_foreign_request(request: LuxRequest, provider: str, model: str) -> bool:
+    if request.instructions and _any_foreign(request.instructions, provider, model):
+        return True
+    for item in request.conversation:
+        if type(item) is Message and _any_foreign(item.content, provider, model):
+            return True
+    return False
+
+
+def _any_foreign(blocks: list[Content], provider: str, model: str) -> bool:
+    """Whether ``_strip_list`` would change anything in ``blocks`` (no paths built)."""
+    for b in blocks:
+        t = type(b)
+        if t is Text or t is ToolUse:
+            pd = b.provider_data  # type: ignore[union-attr]
+            if pd is not None and (pd.provider != provider or pd.model != model):
+                return True
+        elif t is Thinking:
+            pd = b.provider_data  # type: ignore[union-attr]
+            if pd is not None:
+                if pd.provider != provider or pd.model != model:
+                    return True
+            elif b.signature is not None or b.redacted:  # type: ignore[union-attr]
+                return True
+            elif b.summary and _any_foreign(b.summary, provider, model):  # type: ignore[union-attr]
+                return True
+        elif t is ToolResult:
+            if b.content and _any_foreign(b.content, provider, model):  # type: ignore[union-attr]
+                return True
+    return False
 
 
 def _strip_list(

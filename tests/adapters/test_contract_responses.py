@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
+import copy
+
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from gelbridge.adapters import contract
 
 from gelbridge.adapters.contract import (
     CompletionChunkDecoder,
@@ -235,3 +241,46 @@ def test_lux_events_fill_provider_data_and_skip_bad_events_with_a_diagnostic() -
                       {"event": "nonsense"}])
     assert len(evs) == 2 and evs[1].delta.provider_data == ProviderData(P, M, {"signature": "s"})
     assert dec.diagnostics and dec.diagnostics[0].status is ConversionStatus.INVALID
+
+
+_pd = st.none() | st.fixed_dictionaries({}, optional={
+    "provider": st.sampled_from(["", "other", None]), "model": st.sampled_from(["", "m2", None]),
+    "data": st.none() | st.just({"k": "v"})})
+
+
+def _with_pd(block: dict, inner: str | None, pd: dict | None) -> dict:
+    if pd is not None:
+        (block[inner] if inner else block)["provider_data"] = pd
+    return block
+
+
+_blocks = st.one_of(
+    st.builds(lambda t, pd: _with_pd({"type": "text", "text": t}, None, pd), st.text(max_size=3), _pd),
+    st.builds(lambda t, r, s, pd, inner: _with_pd(
+        {"type": "thinking", "thinking": {"text": t, "redacted": r, **({"signature": s} if s else {})}},
+        "thinking" if inner else None, pd), st.text(max_size=3), st.booleans(), st.sampled_from(["", "sig"]),
+        _pd, st.booleans()),
+    st.builds(lambda a, pd: _with_pd({"type": "tool_use", "tool_use": {"id": "c", "name": "f", "arguments": a}},
+                                     None, pd), st.sampled_from([None, "{}", {"x": [1, "é"]}]), _pd),
+    st.builds(lambda r: {"type": "refusal", "refusal": r}, st.text(max_size=3)),
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(_blocks, max_size=4), st.sampled_from(["", "served-model"]),
+       st.none() | st.just({"prompt_tokens": 2, "completion_tokens": 3}))
+def test_lux_response_one_pass_equals_fill_then_full_reader(blocks, model, usage) -> None:
+    obj = {"schema_version": "v1", "id": "r", "model": model,
+           "choices": [{"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": blocks}}]}
+    if usage:
+        obj["usage"] = usage
+    fast = lux_response_from_adapter(copy.deepcopy(obj), provider=P, model=M)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(contract, "read_plain_response", lambda *a: None)
+        try:
+            full = lux_response_from_adapter(copy.deepcopy(obj), provider=P, model=M)
+        except AdapterError:
+            full = None
+    if full is None:
+        pytest.fail("the full reader refused what the one-pass reader accepted")
+    assert fast == full
