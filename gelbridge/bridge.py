@@ -75,7 +75,7 @@ from gelbridge.ingest import (
     from_record,
 )
 from gelbridge.state import StateStore
-from gelbridge.worker.intake import backfill_logged, deliver, watch_sources
+from gelbridge.worker.intake import backfill_logged, deliver, run_until, stop_tasks, watch_sources
 
 log = logging.getLogger("gelbridge.bridge")
 
@@ -252,10 +252,7 @@ class Bridge:
         self._running = False
         g = self.settings.worker.shutdown_grace if grace is None else grace
         await self.join(timeout=g)
-        for t in self._tasks:
-            t.cancel()
-        if self._tasks:
-            await asyncio.wait(self._tasks, timeout=5)
+        await stop_tasks(self._tasks)
         self._tasks = []
         for ctx in list(self._by_did.values()):
             try:
@@ -418,20 +415,10 @@ class Bridge:
         if not self._running:
             await self.start()
         tasks = [asyncio.create_task(c, name=n) for n, c in self.source_coroutines()]
-        stopper = asyncio.create_task(stop.wait())
         try:
-            done, _ = await asyncio.wait([stopper, *tasks], return_when=asyncio.FIRST_COMPLETED)
-            for t in done:
-                if t is not stopper and not t.cancelled() and t.exception() is not None:
-                    raise t.exception()  # type: ignore[misc]
+            await run_until(stop, tasks)
         finally:
-            stopper.cancel()
-            for t in tasks:
-                t.cancel()
-            await asyncio.wait(tasks, timeout=5)
-            for src in self.sources.values():  # records being handled finish (bounded)
-                if hasattr(src, "drain"):
-                    await src.drain(timeout=5)
+            await stop_tasks(tasks, self.sources.values())
 
     def source_coroutines(self) -> list[tuple[str, Awaitable[None]]]:
         """``(name, coroutine)`` of every event source :meth:`serve` runs: the sources

@@ -15,14 +15,15 @@ reconnects go.
   (:meth:`Worker.reconnected`: cached side records dropped, recovery sweep now).
 
 The per-account work itself stays on the :class:`~gelbridge.worker.Worker`:
-``backfill``, ``recover_claims`` and ``sweep_loop``.
+``backfill``, ``recover_claims`` and ``sweep_loop``. Both run their tasks until stopped
+with :func:`run_until` and stop them with :func:`stop_tasks`.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from gelbridge.config import WatchConfig
@@ -91,6 +92,32 @@ def watch_sources(
         ))
         for host, group in hosts.items()
     ]
+
+
+async def run_until(stop: asyncio.Event, tasks: Sequence[asyncio.Task[Any]]) -> None:
+    """Wait until ``stop`` is set or one of ``tasks`` ends; a task that failed has its
+    exception raised here (a source or sweep never ends by itself)."""
+    stopper = asyncio.create_task(stop.wait())
+    try:
+        done, _ = await asyncio.wait([stopper, *tasks], return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        stopper.cancel()
+    for t in done:
+        if t is not stopper and not t.cancelled() and t.exception() is not None:
+            raise t.exception()  # type: ignore[misc]
+
+
+async def stop_tasks(tasks: Sequence[asyncio.Task[Any]], sources: Iterable[Any] = (), timeout: float = 5.0) -> None:
+    """Cancel ``tasks`` (sources, sweeps, backfills), then let the records a firehose source
+    still has in flight finish, so their claims and its cursor are saved; each step bounded
+    by ``timeout`` s."""
+    for t in tasks:
+        t.cancel()
+    if tasks:
+        await asyncio.wait(tasks, timeout=timeout)
+    for src in sources:
+        if isinstance(src, FirehoseSource):
+            await src.drain(timeout=timeout)
 
 
 def _repo_events_to(handler: RecordHandler) -> Callable[[RepoEvent], Awaitable[None]]:

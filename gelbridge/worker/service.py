@@ -46,7 +46,7 @@ from gelbridge.records.models import ReplyError
 from gelbridge.sealing import Keyring
 from gelbridge.state import FINISHED_STATUSES, Claim, StateStore
 from gelbridge.worker.decide import Ask, ask_of, decide_existing_reply, error_message, peek_ask
-from gelbridge.worker.intake import deliver, watch_sources
+from gelbridge.worker.intake import deliver, run_until, stop_tasks, watch_sources
 from gelbridge.worker.repo import SIDE_RECORD_TYPES, Entry, RepoView, SideRecords
 from gelbridge.worker.scheduler import Scheduler
 from gelbridge.worker.sources import FirehoseSource, PollSource, firehose_cursor_key
@@ -521,12 +521,7 @@ class Worker:
             self._say("ready: answering messages (Ctrl-C to stop)")
             if ready is not None:
                 ready.set()
-            stopper = asyncio.create_task(stop.wait())
-            await asyncio.wait([stopper, *self._tasks], return_when=asyncio.FIRST_COMPLETED)
-            stopper.cancel()
-            for t in self._tasks:
-                if t.done() and not t.cancelled() and t.exception() is not None:
-                    raise t.exception()  # type: ignore[misc]
+            await run_until(stop, self._tasks)
         finally:
             await self.aclose()
 
@@ -535,13 +530,8 @@ class Worker:
 
     async def aclose(self, grace: float | None = None) -> None:
         """Stop watching; give running turns ``grace`` s (``[worker] shutdown_grace``)."""
-        for t in self._tasks:
-            t.cancel()
-        if self._tasks:
-            await asyncio.wait(self._tasks, timeout=5)
+        await stop_tasks(self._tasks, [self.source] if self.source is not None else [])
         self._tasks = []
-        if isinstance(self.source, FirehoseSource):
-            await self.source.drain(timeout=5)
         if self.started:
             g = self.settings.worker.shutdown_grace if grace is None else grace
             await self.scheduler.shutdown(g)

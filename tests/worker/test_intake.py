@@ -4,6 +4,7 @@ Stand-in workers, no network (the sources are built, not run)."""
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -16,7 +17,7 @@ from gelbridge.firehose import RepoEvent
 from gelbridge.ingest import IncomingRecord
 from gelbridge.records.constants import MESSAGE_COLLECTION
 from gelbridge.state import StateStore
-from gelbridge.worker.intake import backfill_logged, deliver, watch_sources
+from gelbridge.worker.intake import backfill_logged, deliver, run_until, stop_tasks, watch_sources
 from gelbridge.worker.sources import FirehoseSource, PollSource, firehose_cursor_key
 
 A, B, C = "did:plc:aaaa", "did:plc:bbbb", "did:plc:cccc"
@@ -119,6 +120,40 @@ def test_jetstream_is_one_connection_for_all_accounts_and_needs_a_url(store: Any
     [(name, src)] = watch_sources(WatchConfig(source="jetstream", url="ws://127.0.0.1:3"), three_accounts(),
                                   store, _ignore)
     assert name == "jetstream" and src.filter.dids == {A, B, C} and src.handler is _ignore
+
+
+async def test_run_until_returns_on_stop_and_raises_what_ended_a_task() -> None:
+    forever = asyncio.create_task(asyncio.Event().wait())
+    stop = asyncio.Event()
+    stop.set()
+    await run_until(stop, [forever])
+    assert not forever.done()
+
+    async def broken() -> None:
+        raise RuntimeError("source failed")
+
+    with pytest.raises(RuntimeError, match="source failed"):
+        await asyncio.wait_for(run_until(asyncio.Event(), [forever, asyncio.create_task(broken())]), 5)
+    await stop_tasks([forever])
+    assert forever.cancelled()
+
+
+async def test_stopping_lets_records_in_flight_finish_and_saves_their_cursor(store: Any) -> None:
+    handled: list[int] = []
+
+    async def slow(ev: RepoEvent) -> None:
+        await asyncio.sleep(0.2)
+        handled.append(ev.seq)
+
+    src = FirehoseSource("http://h", A, store, slow)
+    for seq in (5, 6):  # what run() does for each event it reads
+        await src._slots.acquire()
+        src.tracker.begin(seq)
+        t = asyncio.create_task(src._handle(RepoEvent(seq, A, MESSAGE_COLLECTION, f"k{seq}", "create", "c", {})))
+        src._tasks.add(t)
+        t.add_done_callback(src._tasks.discard)
+    await stop_tasks([], [src])
+    assert handled == [5, 6] and store.get_cursor(src.key) == 6
 
 
 async def _ignore(rec: IncomingRecord) -> None:
