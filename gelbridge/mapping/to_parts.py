@@ -17,6 +17,7 @@ The parts array keeps to the lexicon's 1000 items; overflow is dropped and repor
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -60,6 +61,9 @@ _INVALID = ConversionStatus.INVALID
 
 INPUT_TOO_LARGE = "not run: the call's arguments are larger than 200000 bytes"
 
+_KNOWN_FINISH_REASONS = frozenset(FinishReason)
+_UNSAFE_ID_CHARS = re.compile(r"[^A-Za-z0-9_-]")
+
 
 @dataclass(slots=True)
 class ReplyDraft:
@@ -91,7 +95,8 @@ def split_text(text: str, max_bytes: int = MAX_TEXT_BYTES) -> list[str]:
 
 
 def _safe_rkey(rkey: str) -> str:
-    return "".join(c if c.isascii() and (c.isalnum() or c in "_-") else "_" for c in rkey)
+    """``rkey`` with every character other than ASCII letters, digits, ``_``, ``-`` as ``_``."""
+    return _UNSAFE_ID_CHARS.sub("_", rkey)
 
 
 def _usable_call_id(cid: str) -> bool:
@@ -102,19 +107,20 @@ class CallIds:
     """Call ids unique within a conversation: keep a usable, unused provider id, else
     generate ``call_<reply rkey>_<n>``. Persisted in the part, so never regenerated."""
 
-    __slots__ = ("used", "prefix", "n")
+    __slots__ = ("used", "reply_rkey", "n")
 
     def __init__(self, reply_rkey: str, used: Collection[str] = ()) -> None:
         self.used = set(used)
-        self.prefix = f"call_{_safe_rkey(reply_rkey)}_"
+        self.reply_rkey = reply_rkey
         self.n = 0
 
     def take(self, provider_id: str | None) -> str:
         if provider_id and _usable_call_id(provider_id) and provider_id not in self.used:
             self.used.add(provider_id)
             return provider_id
+        prefix = f"call_{_safe_rkey(self.reply_rkey)}_"  # only here: provider ids are usually kept
         while True:
-            cid = f"{self.prefix}{self.n}"
+            cid = f"{prefix}{self.n}"
             self.n += 1
             if cid not in self.used:
                 self.used.add(cid)
@@ -180,16 +186,15 @@ def response_to_parts(
             return ProviderData(provider, model, pd.data)
         return pd
 
-    def pd_string(path: str, pd: ProviderData, **kw: object) -> str | None:
+    def pd_string(i: int, pd: ProviderData, **kw: object) -> str | None:
         s = encode_provider_data(pd, **kw)  # type: ignore[arg-type]
         if utf8_len(s) > MAX_PROVIDER_DATA_BYTES:
-            diags.append(Diagnostic(path, _UNSUPPORTED,
+            diags.append(Diagnostic(f"content[{i}].provider_data", _UNSUPPORTED,
                                     f"provider data larger than {MAX_PROVIDER_DATA_BYTES} bytes; not kept"))
             return None
         return s
 
     for i, block in enumerate(content):
-        path = f"content[{i}]"
         t = type(block)
         if t is Thinking:
             th: Thinking = block  # type: ignore[assignment]
@@ -201,7 +206,7 @@ def response_to_parts(
             opaque = th.provider_data is not None or th.signature is not None or th.redacted
             pds = None
             if opaque or summary:
-                pds = pd_string(f"{path}.provider_data", tag(th.provider_data),
+                pds = pd_string(i, tag(th.provider_data),
                                 signature=th.signature, redacted=th.redacted, summary=summary)
             if not text and pds is None:
                 continue
@@ -212,33 +217,33 @@ def response_to_parts(
             if t is Refusal:
                 text = block.refusal  # type: ignore[union-attr]
                 pd = None
-                diags.append(Diagnostic(path, _DEGRADED, "refusal written as a text part"))
+                diags.append(Diagnostic(f"content[{i}]", _DEGRADED, "refusal written as a text part"))
             else:
                 text = block.text  # type: ignore[union-attr]
                 pd = block.provider_data  # type: ignore[union-attr]
-            pds = pd_string(f"{path}.provider_data", tag(pd)) if pd is not None else None
+            pds = pd_string(i, tag(pd)) if pd is not None else None
             if not text and pds is None:
                 continue
             for k, chunk in enumerate(split_text(text)):
                 parts.append(TextPart(text=chunk, provider_data=pds if k == 0 else None))
             for j, a in enumerate((block.annotations or []) if t is Text else []):  # type: ignore[union-attr]
-                sp = _source_part(a, f"{path}.annotations[{j}]", urls, diags)
+                sp = _source_part(a, i, j, urls, diags)
                 if sp is not None:
                     parts.append(sp)
         elif t is ToolUse:
             tu: ToolUse = block  # type: ignore[assignment]
             cid = ids.take(tu.id)
             if cid != tu.id:
-                diags.append(Diagnostic(f"{path}.tool_use.id", _DEGRADED,
+                diags.append(Diagnostic(f"content[{i}].tool_use.id", _DEGRADED,
                                         "provider call id missing, repeated or unusable; generated one"))
             name = tu.name
             if utf8_len(name) > MAX_TOOL_BYTES:
                 name = name.encode("utf-8")[:MAX_TOOL_BYTES].decode("utf-8", "ignore")
-                diags.append(Diagnostic(f"{path}.tool_use.name", _INVALID, "tool name over 128 bytes; cut"))
-            pds = pd_string(f"{path}.provider_data", tag(tu.provider_data)) if tu.provider_data else None
+                diags.append(Diagnostic(f"content[{i}].tool_use.name", _INVALID, "tool name over 128 bytes; cut"))
+            pds = pd_string(i, tag(tu.provider_data)) if tu.provider_data else None
             src = (sources or {}).get(name, "")
             if utf8_len(tu.arguments) > MAX_INPUT_BYTES:
-                diags.append(Diagnostic(f"{path}.tool_use.arguments", _INVALID,
+                diags.append(Diagnostic(f"content[{i}].tool_use.arguments", _INVALID,
                                         "arguments over 200000 bytes; call answered as not run"))
                 parts.append(ToolCallPart(call_id=cid, tool=name, input="{}", source=src, provider_data=pds))
                 parts.append(ToolResultPart(call_id=cid, output=INPUT_TOO_LARGE, is_error=True))
@@ -249,9 +254,9 @@ def response_to_parts(
             parts.append(call)
             (pending if wait else runnable).append(call)
         elif t is Media:
-            diags.append(Diagnostic(path, _UNSUPPORTED, f"{block.kind} output is not stored in replies"))  # type: ignore[union-attr]
+            diags.append(Diagnostic(f"content[{i}]", _UNSUPPORTED, f"{block.kind} output is not stored in replies"))  # type: ignore[union-attr]
         else:
-            diags.append(Diagnostic(path, _UNSUPPORTED, f"{type(block).__name__} block left out"))
+            diags.append(Diagnostic(f"content[{i}]", _UNSUPPORTED, f"{type(block).__name__} block left out"))
 
     if len(parts) > max_parts:
         dropped = parts[max_parts:]
@@ -264,7 +269,7 @@ def response_to_parts(
 
     fr = response.choices[0].finish_reason if response.choices else None
     finish = map_finish_reason(fr)
-    if finish is not None and finish not in FinishReason.__members__.values():
+    if finish is not None and finish not in _KNOWN_FINISH_REASONS:
         diags.append(Diagnostic("finish_reason", _DEGRADED, f"provider finish reason {finish!r} kept as is"))
     return ReplyDraft(
         parts=parts,
@@ -277,7 +282,8 @@ def response_to_parts(
     )
 
 
-def _source_part(a: object, path: str, urls: set[str], diags: list[Diagnostic]) -> SourcePart | None:
+def _source_part(a: object, i: int, j: int, urls: set[str], diags: list[Diagnostic]) -> SourcePart | None:
+    """The sourcePart of annotation ``j`` of content block ``i``, if it is a new url."""
     if getattr(a, "kind", None) not in ("url", "web_search_citation"):
         return None
     url = getattr(a, "ref", None)
@@ -289,7 +295,8 @@ def _source_part(a: object, path: str, urls: set[str], diags: list[Diagnostic]) 
     try:
         sp = SourcePart(url=url, title=title or None)
     except Exception:
-        diags.append(Diagnostic(path, _INVALID, "citation url is not a valid URI; left out"))
+        diags.append(Diagnostic(f"content[{i}].annotations[{j}]", _INVALID,
+                                "citation url is not a valid URI; left out"))
         return None
     urls.add(url)
     return sp
