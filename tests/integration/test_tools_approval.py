@@ -266,6 +266,12 @@ async def test_approvals_for_calls_that_are_not_waiting_are_ignored_logged_and_n
 # --- (5) a worker process killed at the dangerous moments ------------------------------------
 
 
+def journal(state_dir: Path, call_id: str) -> Any:
+    """The tool journal's entry for ``call_id`` (read next to a running or killed worker)."""
+    with StateStore.open_dir(state_dir) as store:
+        return store.get_tool_call(call_id)
+
+
 @dataclass
 class KillRig:
     """`gelbridge run` processes with the counting MCP server (lookup auto-runs, the
@@ -289,8 +295,7 @@ class KillRig:
         return await start_worker(self.cfg, self.account, self.tmp / f"{name}.log", self.procs)
 
     def journal(self, call_id: str) -> Any:
-        with StateStore.open_dir(self.state) as store:
-            return store.get_tool_call(call_id)
+        return journal(self.state, call_id)
 
     async def waiting_for_approval(self, tool: str, text: str, call_id: str) -> tuple[WorkerProc, str]:
         """Start the first worker and let it answer a message with one call to ``tool``
