@@ -28,8 +28,7 @@ from __future__ import annotations
 import base64
 import re
 from collections.abc import Callable, Collection, Mapping, Sequence
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from gelbridge.lux import (
     Annotation,
@@ -85,9 +84,9 @@ NOT_RUN_ENDED = "not run: the reply ended before the tool ran"
 PREFIX_NAME = "reply_prefix"
 
 
-@dataclass(frozen=True, slots=True)
-class OpenedMessage:
-    """A message record of the thread with its content opened (the caller opens)."""
+class OpenedMessage(NamedTuple):
+    """A message record of the thread with its content opened (the caller opens).
+    A named tuple: immutable and cheap to build, one per message on every turn."""
 
     rkey: str
     record: MessageRecord
@@ -273,9 +272,10 @@ class _Builder:
         results: dict[str, ToolResultPart] = {}
         if ToolResultPart not in map(type, parts):  # the usual case, checked cheaply
             return results
-        found = [(pi, p) for pi, p in enumerate(parts) if type(p) is ToolResultPart and pi not in consumed]
         call_ids = {p.call_id for p in parts if type(p) is ToolCallPart}
-        for pi, r in found:
+        for pi, r in enumerate(parts):
+            if type(r) is not ToolResultPart or pi in consumed:
+                continue
             if r.call_id in results:
                 self.note(_part_path(rkey, pi), _INVALID, "second result for one call; left out")
             elif r.call_id not in call_ids:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import base64
 
+import pytest
+
 from gelbridge.lux import ConversionStatus, Options, ProviderData, Text, Tool
 from gelbridge.mapping import (
     TurnChoice,
@@ -292,3 +294,10 @@ def test_empty_and_error_replies_leave_no_empty_messages() -> None:
     assert roles(wire) == ["user", "user"] and diags == []
     assert all(m["content"] for m in messages(wire))
     assert isinstance(build_request(thread, provider="p", model="m").value.conversation[0].content[0], Text)
+
+
+def test_opened_messages_are_immutable_values() -> None:
+    m = opened("a", user(None), text("hi"))
+    with pytest.raises(AttributeError):
+        m.rkey = "b"  # type: ignore[misc]
+    assert m == opened("a", user(None), text("hi"))
