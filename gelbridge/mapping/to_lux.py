@@ -213,6 +213,8 @@ class _Builder:
             prev_reply = si
 
     def pair_repeated_calls(self, prev_reply: int, waiting: set[str], si: int, parts: Sequence[Part]) -> None:
+        """Take the repeated copies (and results) of reply ``prev_reply``'s waiting calls
+        from reply ``si``: they are sent in place of the waiting copies, not again here."""
         results: dict[str, int] = {}
         for pi, p in enumerate(parts):
             if type(p) is ToolResultPart and p.call_id in waiting and p.call_id not in results:
