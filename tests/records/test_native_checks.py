@@ -264,3 +264,44 @@ def test_record_errors_never_echo_a_value_from_the_input(change: dict) -> None:
     with pytest.raises(RecordError) as ei:
         MessageRecord.from_value(value)
     assert MARK not in str(ei.value), str(ei.value)
+
+
+# --- the record size bound --------------------------------------------------------------
+
+import orjson  # noqa: E402
+
+from gelbridge.records import MAX_RECORD_BYTES  # noqa: E402
+from gelbridge.records.codec import cbor_size  # noqa: E402
+from gelbridge.records.models import _bytes_as_blanks, _record_size  # noqa: E402
+
+_scalars = st.none() | st.booleans() | st.integers(-(2**63), 2**63 - 1) | st.floats(allow_nan=False, allow_infinity=False) | st.text(max_size=12) | st.binary(max_size=40)
+_values = st.recursive(
+    _scalars,
+    lambda kids: st.lists(kids, max_size=5)
+    | st.dictionaries(st.text(max_size=6), kids, max_size=5)
+    | st.builds(lambda s: {"$bytes": s}, st.text(max_size=12))
+    | st.builds(lambda s: {"$link": s}, st.text(max_size=3) | st.integers()),
+    max_leaves=12,
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.dictionaries(st.text(max_size=6), _values, max_size=6))
+def test_cbor_size_is_bounded_by_the_json_length(value: dict) -> None:
+    try:
+        j = len(orjson.dumps(value, default=_bytes_as_blanks))
+    except (TypeError, orjson.JSONEncodeError):
+        return  # the exact path runs
+    assert cbor_size(value) <= 4.5 * j + 4.5
+
+
+def test_large_records_are_rejected_in_both_forms() -> None:
+    base = {"$type": "chat.gel.assistant.message", "conversation": "c", "role": "user",
+            "createdAt": "2026-01-01T00:00:00Z",
+            "content": {"$type": "chat.gel.assistant.defs#plainContent", "parts": []}}
+    for big in ({"blob": b"\x00" * (MAX_RECORD_BYTES + 1)}, {"$bytes": "A" * (MAX_RECORD_BYTES * 4 // 3 + 8)},
+                ["x" * 1000] * 1100, [b"\x01" * 1000] * 1100):
+        with pytest.raises(RecordError, match="too large"):
+            MessageRecord.from_value({**base, "future": big})
+    assert _record_size({**base, "future": b"\x00" * 200_000}) == 0  # surely small: not walked
+    assert MessageRecord.from_value({**base, "future": b"\x00" * 900_000})  # exact path: fits
