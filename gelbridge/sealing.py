@@ -445,7 +445,12 @@ def open_content(
     plaintext = _decrypt_into(enc.ciphertext, f"{SCHEME}\n{uri_s}\n{enc.key_id}".encode(), enc.nonce, key)
     if plaintext is None:
         raise _open_failed(enc, uri_s, key, candidate_uris)
-    value = _loads_object(plaintext, uri)
+    try:
+        value = orjson.loads(plaintext)
+    except orjson.JSONDecodeError:
+        value = None
+    if type(value) is not dict:
+        _loads_object(plaintext, uri)  # raises the RecordError saying what it is
     try:
         return _PLAIN_VALIDATOR.validate_python(value, by_alias=True, by_name=False)
     except ValidationError as e:

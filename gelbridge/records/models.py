@@ -160,10 +160,35 @@ def _check_uri(s: str) -> str:
     return s
 
 
+#: ``_URI_RE`` for pydantic-core's Rust regex: ``\s`` spelled out as the characters
+#: Python's ``re`` counts as whitespace (Unicode's White_Space differs on a few).
+_PY_WHITESPACE = "".join(f"\\x{{{c:x}}}" for c in (
+    0x9, 0xA, 0xB, 0xC, 0xD, 0x1C, 0x1D, 0x1E, 0x1F, 0x20, 0x85, 0xA0, 0x1680, *range(0x2000, 0x200B),
+    0x2028, 0x2029, 0x202F, 0x205F, 0x3000,
+))
+URI_PATTERN = rf"^[A-Za-z][A-Za-z0-9+.-]*:[^{_PY_WHITESPACE}]+$"
+
+
+class _UriSchema:
+    """A URI: the pattern natively, and only what it rejects through ``_check_uri``
+    (same verdict; the Python check also decides strings Rust cannot read)."""
+
+    def __get_pydantic_core_schema__(self, source: Any, handler: Any) -> core_schema.CoreSchema:
+        return core_schema.union_schema(
+            [
+                core_schema.str_schema(pattern=URI_PATTERN, max_length=8192, strict=True),
+                core_schema.no_info_after_validator_function(_check_uri, core_schema.str_schema(strict=True)),
+            ],
+            mode="left_to_right",
+            custom_error_type="uri",
+            custom_error_message="not a URI (scheme:rest, no whitespace, at most 8 KB)",
+        )
+
+
 Datetime = Annotated[str, _DatetimeSchema()]
 """An atproto ``datetime`` string, kept as written so records round-trip byte for byte."""
 
-Uri = Annotated[str, AfterValidator(_check_uri)]
+Uri = Annotated[str, _UriSchema()]
 
 class _LexBytesSchema:
     """Core schema of a bytes field: one Python call decodes, type-checks and limits it."""

@@ -15,11 +15,13 @@ from datetime import datetime
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from pydantic import ValidationError
+from pydantic_core import SchemaValidator, core_schema
 
 from gelbridge.errors import RecordError
 from gelbridge.records import MessageRecord, PlainContent, TextPart, ToolCallPart, UnknownPart
 from gelbridge.records.codec import b64decode, bytes_validator
-from gelbridge.records.models import DATETIME_PATTERN
+from gelbridge.records.models import DATETIME_PATTERN, URI_PATTERN
 
 # --- datetime ----------------------------------------------------------------------------
 
@@ -50,7 +52,21 @@ def datetime_ok(s: str) -> bool:
     return True
 
 
-_PATTERN = re.compile(DATETIME_PATTERN)
+class _RustPattern:
+    """A pattern as pydantic-core runs it (the Rust regex engine)."""
+
+    def __init__(self, pattern: str) -> None:
+        self._v = SchemaValidator(core_schema.str_schema(pattern=pattern, strict=True))
+
+    def fullmatch(self, s: str) -> bool:
+        try:
+            self._v.validate_python(s)
+        except ValidationError:
+            return False
+        return True
+
+
+_PATTERN = _RustPattern(DATETIME_PATTERN)
 
 
 def test_datetime_pattern_agrees_on_every_day_of_leap_and_other_years() -> None:
@@ -305,3 +321,39 @@ def test_large_records_are_rejected_in_both_forms() -> None:
             MessageRecord.from_value({**base, "future": big})
     assert _record_size({**base, "future": b"\x00" * 200_000}) == 0  # surely small: not walked
     assert MessageRecord.from_value({**base, "future": b"\x00" * 900_000})  # exact path: fits
+
+
+# --- URIs -----------------------------------------------------------------------------------
+
+from gelbridge.records import SourcePart  # noqa: E402
+
+_REF_URI_RE = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*:[^\s]+")
+
+
+def reference_uri_ok(s: str) -> bool:
+    return len(s) <= 8192 and bool(_REF_URI_RE.fullmatch(s))
+
+
+def uri_ok(s: str) -> bool:
+    try:
+        SourcePart.from_value({"url": s})
+    except RecordError as e:
+        assert "field url: not a URI" in str(e)
+        return False
+    return True
+
+
+def test_uri_check_agrees_with_pythons_whitespace_on_every_character_below_u3100() -> None:
+    native = _RustPattern(URI_PATTERN)
+    for cp in [*range(0x3100), 0xFEFF, 0xFFFF, 0x1F600, 0xD800, 0x10FFFF]:
+        c = chr(cp)
+        for s in (f"a:{c}", f"https://x.y/{c}z", f"{c}a:b", f"a{c}b:c"):
+            assert uri_ok(s) == reference_uri_ok(s), (hex(cp), s)
+            if 0xD800 <= cp < 0xE000:
+                continue  # Rust cannot read a lone surrogate: the Python check decides
+            assert native.fullmatch(s) == reference_uri_ok(s), (hex(cp), s)  # the fast path decides alone
+
+
+@pytest.mark.parametrize("s", ["at://did:plc:abc/x.y.z/1", "a:" + "b" * 8190, "a:" + "b" * 8191, "no scheme", "", ":x", "1a:b", "a:"])
+def test_uri_limits(s: str) -> None:
+    assert uri_ok(s) == reference_uri_ok(s)
