@@ -1,24 +1,51 @@
-"""Cost of reading one typical sealed message: ``from_value`` + ``open_content``.
+"""Cost of reading and writing typical sealed messages, per operation.
 
-Run: ``.venv/bin/python scripts/bench_records.py``. Prints the median per call (µs)
-of several repeats, for the JSON form (XRPC) and the CBOR form (firehose/CAR).
+Run: ``.venv/bin/python scripts/bench_records.py [--cpu]``. Prints the median per call
+(µs) of several repeats, and the minimum. ``--cpu`` times with the thread's CPU clock
+instead of the wall clock: steadier on a busy machine (time spent waiting for the
+CPU is not counted).
+
+Operations: ``MessageRecord.from_value`` of a user message and of a reply in the JSON
+form (XRPC) and the CBOR form (firehose/CAR); ``content_of`` (decrypt + JSON + model)
+of 1, 3 and 5 parts; ``seal_content`` of a 3- and a 5-part reply; and the records/open
+share of a 20-message turn estimated from them.
 """
 
 from __future__ import annotations
 
 import json
 import statistics
+import sys
+import time
 import timeit
+from collections.abc import Callable
 
 import libipld
 
-from gelbridge.records import GenerationRequest, MessageRecord, PlainContent, TextPart
-from gelbridge.sealing import Keyring, open_content, seal_content
+from gelbridge.records import (
+    GenerationRequest,
+    MessageRecord,
+    ModelRef,
+    PlainContent,
+    ReasoningPart,
+    TextPart,
+    ToolCallPart,
+    ToolResultPart,
+    Usage,
+)
+from gelbridge.sealing import Keyring, content_of, open_content, seal_content
 
 URI = "at://did:plc:examplegelbridgedemo2345/chat.gel.assistant.message/3mabcdefghij2"
+REPLY_URI = URI + ".r0"
+
+
+def _cbor_form(json_form: dict, content) -> dict:  # noqa: ANN001
+    sealed = {**json_form["content"], "nonce": content.nonce, "ciphertext": content.ciphertext}
+    return libipld.decode_dag_cbor(libipld.encode_dag_cbor({**json_form, "content": sealed}))
 
 
 def main() -> None:
+    timer = time.thread_time if "--cpu" in sys.argv else time.perf_counter
     ring = Keyring()
     ring.add_new("k1")
     text = "Could you summarise the main points of the attached article in three bullets? " * 6
@@ -32,20 +59,47 @@ def main() -> None:
         created_at="2026-01-01T00:00:00.000Z",
     )
     json_form = json.loads(json.dumps(rec.to_value()))
-    cbor_form = libipld.decode_dag_cbor(libipld.encode_dag_cbor({**json_form, "content": {**json_form["content"], "nonce": content.nonce, "ciphertext": content.ciphertext}}))
+    cbor_form = _cbor_form(json_form, content)
     parsed = MessageRecord.from_value(json_form)
 
-    def bench(name: str, fn: object, n: int = 2000) -> float:
-        per = [t / n * 1e6 for t in timeit.repeat(fn, number=n, repeat=7)]  # type: ignore[arg-type]
+    reasoning = ReasoningPart(text="Let me think about it. " * 10)
+    answer = TextPart(text="Here is the answer. " * 25)
+    call = ToolCallPart(call_id="call_1", tool="current_time", input='{"timezone": "Europe/Berlin"}')
+    result = ToolResultPart(call_id="call_1", output='{"utc": "2026-01-01T00:00:00Z"}')
+    three = PlainContent(parts=[reasoning, answer, call])
+    five = PlainContent(parts=[reasoning, answer, call, result, TextPart(text="It is midnight.")])
+    reply_content = seal_content(five, uri=REPLY_URI, key_id="k1", keyring=ring)
+    reply = MessageRecord(
+        conversation="3mconvconvcv2", role="assistant", parent="3mabcdefghij2", content=reply_content,
+        model=ModelRef(provider="openai", id="gpt-4o-mini"), usage=Usage(input_tokens=100, output_tokens=50),
+        status="complete", finish_reason="stop", created_at="2026-01-01T00:00:01.000Z",
+    )
+    reply_json = json.loads(json.dumps(reply.to_value()))
+    reply_cbor = _cbor_form(reply_json, reply_content)
+    sealed_three = seal_content(three, uri=REPLY_URI, key_id="k1", keyring=ring)
+
+    def bench(name: str, fn: Callable[[], object], n: int = 2000) -> float:
+        for _ in range(n // 10):
+            fn()
+        per = [t / n * 1e6 for t in timeit.repeat(fn, number=n, repeat=7, timer=timer)]
         med = statistics.median(per)
         print(f"{name:<40} {med:8.1f} µs  (min {min(per):.1f})")
         return med
 
+    print(f"median per call{' (thread CPU time)' if timer is time.thread_time else ''}:")
     a = bench("from_value (JSON form)", lambda: MessageRecord.from_value(json_form))
     bench("from_value (CBOR form)", lambda: MessageRecord.from_value(cbor_form))
     b = bench("open_content", lambda: open_content(parsed.content, uri=URI, keyring=ring))
     bench("from_value + open_content", lambda: open_content(MessageRecord.from_value(json_form).content, uri=URI, keyring=ring))
-    print(f"20-message thread, estimated: {20 * (a + b) / 1000:.2f} ms")
+    c = bench("from_value reply (JSON form)", lambda: MessageRecord.from_value(reply_json))
+    bench("from_value reply (CBOR form)", lambda: MessageRecord.from_value(reply_cbor))
+    bench("content_of (1 part)", lambda: content_of(parsed.content, uri=URI, keyring=ring))
+    bench("content_of (3 parts)", lambda: content_of(sealed_three, uri=REPLY_URI, keyring=ring))
+    d = bench("content_of (5 parts)", lambda: content_of(reply_content, uri=REPLY_URI, keyring=ring))
+    bench("seal_content (3 parts)", lambda: seal_content(three, uri=REPLY_URI, key_id="k1", keyring=ring))
+    bench("seal_content (5 parts)", lambda: seal_content(five, uri=REPLY_URI, key_id="k1", keyring=ring))
+    print(f"20-message thread, estimated: {20 * (a + b) / 1000:.2f} ms (user messages only), "
+          f"{10 * (a + b + c + d) / 1000:.2f} ms (10 user messages + 10 replies)")
 
 
 if __name__ == "__main__":

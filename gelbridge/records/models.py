@@ -639,6 +639,9 @@ _Tools = Annotated[list[LexStr(128)], MaxLen(64)]
 _SMALL_JSON = MAX_RECORD_BYTES // 5
 
 
+_dumps = orjson.dumps
+
+
 def _bytes_as_blanks(o: Any) -> Any:
     if isinstance(o, (bytes, bytearray, memoryview)):
         return " " * len(o)
@@ -669,7 +672,10 @@ class _Record(LexObject):
         if t is not None and t != cls.LEXICON_TYPE:
             what = f"record {uri}" if uri else f"{cls.LEXICON_TYPE} record"
             raise RecordError(f"{what}: $type must be {cls.LEXICON_TYPE!r}")
-        size = _record_size(value)
+        try:  # _record_size, its fast check inlined
+            size = 0 if len(_dumps(value, default=_bytes_as_blanks)) <= _SMALL_JSON else cbor_size(value)
+        except (TypeError, orjson.JSONEncodeError):
+            size = cbor_size(value)
         if size > MAX_RECORD_BYTES:
             what = f"record {uri}" if uri else f"{cls.LEXICON_TYPE} record"
             raise RecordError(
