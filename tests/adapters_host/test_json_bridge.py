@@ -86,6 +86,21 @@ def test_unicode_and_escapes(engine: str) -> None:
     assert "\\u0001" in out and "é😀" in out
 
 
+def test_characters_to_escape_are_found_anywhere_in_long_strings(engine: str) -> None:
+    # The encoder skips plain runs 8 bytes at a time (LuaJIT): every offset, both
+    # alignments of the tail, and quotes/backslashes before or after a control char.
+    values = []
+    for n in (7, 8, 9, 16, 17, 41):
+        for i in range(n):
+            for ch in ("\x01", "\x1f", '"', "\\", "\n", "é"):
+                values.append("a" * i + ch + "b" * (n - i - 1))
+        values.append("q" * n)
+    values += ['"' + "x" * 20 + "\x02", "\x02" + "x" * 20 + '"', "\\" * 9 + "\t" * 9, "x" * 30 + '"\\"']
+    out = roundtrip(engine, json.dumps(values, ensure_ascii=False))
+    assert json.loads(out) == values
+    assert not any(ord(c) < 32 for c in out)
+
+
 def test_lone_surrogate_becomes_replacement_char(engine: str) -> None:
     assert json.loads(roundtrip(engine, '"a\\ud800b"')) == "a\ufffdb"
 

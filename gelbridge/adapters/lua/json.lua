@@ -274,16 +274,28 @@ for i = 0, 31 do
   if not esc_map[ch] then esc_map[ch] = format("\\u%04x", i) end
 end
 
--- Length of the leading run that needs no escaping. LuaJIT compiles a byte loop
--- to machine code (~1 ns/byte); Lua 5.4 is faster with an anchored class run.
+-- Length of the leading run that needs no escaping. LuaJIT: plain finds (memchr)
+-- bound the run by the next quote and backslash, then a compiled loop looks for a
+-- control character 8 bytes at a time (one branch-free math.min per 8 bytes: about
+-- twice as fast as testing each byte); Lua 5.4 is faster with an anchored class run.
 local plain_prefix
 if is_jit then
+  local min = math.min
   plain_prefix = function(s, i)
-    for j = i, #s do
-      local c = byte(s, j)
-      if c < 32 or c == 34 or c == 92 then return j - 1 end
+    local lim = #s
+    local q = find(s, '"', i, true)
+    if q and q <= lim then lim = q - 1 end
+    q = find(s, "\\", i, true)
+    if q and q <= lim then lim = q - 1 end
+    local j = i
+    while j + 7 <= lim do
+      if min(byte(s, j, j + 7)) < 32 then break end
+      j = j + 8
     end
-    return #s
+    for k = j, lim do
+      if byte(s, k) < 32 then return k - 1 end
+    end
+    return lim
   end
 else
   plain_prefix = function(s, i)

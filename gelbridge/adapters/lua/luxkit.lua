@@ -282,29 +282,51 @@ local function user_part(b)
 end
 
 local function tool_message(r)
-  local text = text_of(r.content, "\n")
+  local c = r.content
+  local text
+  -- one text block (the usual result): its text as is, without a join
+  if type(c) == "table" and #c == 1 and c[1].type == "text" and type(c[1].text) == "string" then
+    text = c[1].text
+  else
+    text = text_of(c, "\n")
+  end
   return { role = "tool", tool_call_id = r.tool_use_id, content = text }
 end
 
 local function assistant_message(content, deep)
-  local texts, nt, calls, reasoning, nr = {}, 0, jarray(), {}, 0
+  local text, texts, nt, calls, nc, reasoning, nr = nil, nil, 0, nil, 0, nil, 0
   for i = 1, #content do
     local b = content[i]
     local t = b.type
     if t == "text" then
-      nt = nt + 1; texts[nt] = b.text
+      nt = nt + 1
+      if nt == 1 then
+        text = b.text
+      else
+        if nt == 2 then texts = { text } end
+        texts[nt] = b.text
+      end
     elseif t == "tool_use" then
       local u = b.tool_use
-      calls[#calls + 1] = { id = u.id, type = "function",
+      if not calls then calls = jarray() end
+      nc = nc + 1
+      calls[nc] = { id = u.id, type = "function",
         ["function"] = { name = u.name, arguments = args_string(u.arguments) } }
     elseif t == "thinking" and deep and b.provider_data and not b.thinking.redacted then
       -- provider_data here means: produced by this very model (the host filtered it).
+      if not reasoning then reasoning = {} end
       nr = nr + 1; reasoning[nr] = b.thinking.text or ""
     end
   end
-  local m = { role = "assistant" }
-  if nt > 0 then m.content = concat(texts, "") else m.content = "" end
-  if #calls > 0 then m.tool_calls = calls end
+  local m = { role = "assistant", content = "" }
+  if nt > 1 then
+    m.content = concat(texts, "")
+  elseif nt == 1 and type(text) == "string" then
+    m.content = text
+  elseif nt == 1 then
+    m.content = concat({ text }, "")
+  end
+  if nc > 0 then m.tool_calls = calls end
   if nr > 0 then m.reasoning_content = concat(reasoning, "") end
   return m
 end
@@ -314,12 +336,22 @@ local function push_message(out, role, content, deep)
     out[#out + 1] = assistant_message(content, deep)
     return
   end
-  local parts, only_text, others = jarray(), true, 0
-  for i = 1, #content do
+  if role ~= "user" and role ~= "system" and role ~= "developer" then role = nil end
+  local n = #content
+  if n == 1 then -- the usual user message: one text block, sent as a string
+    local b = content[1]
+    if b.type == "text" and type(b.text) == "string" then
+      out[#out + 1] = { role = role or "user", content = b.text }
+      return
+    end
+  end
+  local parts, only_text = jarray(), true
+  for i = 1, n do
     local b = content[i]
-    if b.type == "tool_result" then
+    local t = b.type
+    if t == "tool_result" then
       out[#out + 1] = tool_message(b.tool_result)
-    elseif b.type ~= "thinking" and b.type ~= "tool_use" then
+    elseif t ~= "thinking" and t ~= "tool_use" then
       local p = user_part(b)
       if p then
         parts[#parts + 1] = p
@@ -328,13 +360,12 @@ local function push_message(out, role, content, deep)
     end
   end
   if #parts == 0 then return end
-  if role ~= "user" and role ~= "system" and role ~= "developer" then role = "user" end
   if only_text then
     local texts = {}
     for i = 1, #parts do texts[i] = parts[i].text end
-    out[#out + 1] = { role = role, content = concat(texts, "\n\n") }
+    out[#out + 1] = { role = role or "user", content = concat(texts, "\n\n") }
   else
-    out[#out + 1] = { role = role, content = parts }
+    out[#out + 1] = { role = role or "user", content = parts }
   end
 end
 

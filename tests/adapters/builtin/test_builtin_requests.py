@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 import harness
@@ -135,3 +137,49 @@ async def test_ollama_request_shape(open_server):
     assert [t["function"]["name"] for t in b["tools"]] == ["b"]
     assert b["options"] == {"temperature": 0.1, "num_predict": 20, "num_ctx": 4096}
     assert "authorization" not in open_server.requests[-1].headers
+
+
+def test_openai_message_shapes_without_network():
+    """Each message form the family writes (single-block forms take a shortcut in luxkit)."""
+    from gelbridge.adapters.client import provider_body
+    from gelbridge.lux import ProviderData, Thinking
+
+    conv = [
+        Message("user", [Text("one")]),
+        Message("user", [Text("a"), Text("b")]),
+        Message("developer", [Text("dev")]),
+        Message("x_native", [Text("n")]),
+        Message("assistant", [Text("x"), Text("y")]),
+        Message("assistant", [Text("only")]),
+        Message("assistant", [Thinking("t"), ToolUse("c1", "f", "")]),
+        Message("tool", [ToolResult("c1", [Text("r1"), Text("r2")])]),
+        Message("tool", [ToolResult("c1", [Text("r")])]),
+        Message("tool", [ToolResult("c1", [])]),
+        Message("user", [Thinking("ignored"), Text("after")]),
+        Message("user", [ToolResult("c1", [Text("r")]), Text("and")]),
+    ]
+    req = LuxRequest(model="gpt-4o", conversation=conv, options=Options(stream=False))
+    body = json.loads(provider_body(harness.adapter("openai"), req, provider="openai", model="gpt-4o").value)
+    assert body["messages"] == [
+        {"role": "user", "content": "one"},
+        {"role": "user", "content": "a\n\nb"},
+        {"role": "developer", "content": "dev"},
+        {"role": "user", "content": "n"},
+        {"role": "assistant", "content": "xy"},
+        {"role": "assistant", "content": "only"},
+        {"role": "assistant", "content": "", "tool_calls": [
+            {"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}]},
+        {"role": "tool", "tool_call_id": "c1", "content": "r1\nr2"},
+        {"role": "tool", "tool_call_id": "c1", "content": "r"},
+        {"role": "tool", "tool_call_id": "c1", "content": ""},
+        {"role": "user", "content": "after"},
+        {"role": "tool", "tool_call_id": "c1", "content": "r"},
+        {"role": "user", "content": "and"},
+    ]
+    deep = LuxRequest(model="deepseek-chat", options=Options(stream=False), conversation=[
+        Message("assistant", [Thinking("r1", provider_data=ProviderData("deepseek", "deepseek-chat", {})),
+                              Thinking("r2", provider_data=ProviderData("deepseek", "deepseek-chat", {})),
+                              Text("t")])])
+    body = json.loads(provider_body(harness.adapter("deepseek"), deep, provider="deepseek",
+                                    model="deepseek-chat").value)
+    assert body["messages"] == [{"role": "assistant", "content": "t", "reasoning_content": "r1r2"}]
