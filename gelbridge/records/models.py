@@ -30,10 +30,8 @@ from pydantic import (
     BaseModel,
     BeforeValidator,
     ConfigDict,
-    Discriminator,
     Field,
     PlainSerializer,
-    Tag,
     ValidationError,
 )
 from pydantic.alias_generators import to_camel
@@ -125,7 +123,7 @@ def LexStr(max_bytes: int | None = None, max_graphemes: int | None = None) -> An
 # An atproto datetime as one anchored regex, run natively by pydantic-core (no Python
 # call): RFC 3339 with a timezone (not "-00:00"), and only real calendar dates/times
 # (year 0001-9999, day within its month, 29 February in leap years only, hours 00-23,
-# minutes and seconds 00-59). tests/records/test_models.py proves it accepts exactly
+# minutes and seconds 00-59). tests/records/test_native_checks.py proves it accepts exactly
 # what the earlier regex + ``datetime.fromisoformat`` check accepted.
 _YEAR = r"(?:[0-9]{3}[1-9]|[0-9]{2}[1-9]0|[0-9][1-9]00|[1-9]000)"
 _LEAP_YEAR = r"(?:[0-9]{2}(?:0[48]|[2468][048]|[13579][26])|(?:0[48]|[2468][048]|[13579][26])00)"
@@ -189,6 +187,7 @@ Datetime = Annotated[str, _DatetimeSchema()]
 """An atproto ``datetime`` string, kept as written so records round-trip byte for byte."""
 
 Uri = Annotated[str, _UriSchema()]
+
 
 class _LexBytesSchema:
     """Core schema of a bytes field: one Python call decodes, type-checks and limits it."""
@@ -566,7 +565,10 @@ for _cls in KNOWN_PARTS.values():
 _expose_tag(UnknownPart, "")  # no tag: an UnknownPart instance takes the UnknownPart branch
 
 Part = Annotated[
-    Union[TextPart, ReasoningPart, ImagePart, FilePart, ToolCallPart, ToolResultPart, ToolApprovalPart, SourcePart, UnknownPart],
+    Union[
+        TextPart, ReasoningPart, ImagePart, FilePart, ToolCallPart, ToolResultPart, ToolApprovalPart, SourcePart,
+        UnknownPart,
+    ],
     _PartSchema(),
 ]
 """One message part: a known part model, or UnknownPart for any other ``$type``."""
@@ -639,9 +641,6 @@ _Tools = Annotated[list[LexStr(128)], MaxLen(64)]
 _SMALL_JSON = MAX_RECORD_BYTES // 5
 
 
-_dumps = orjson.dumps
-
-
 def _bytes_as_blanks(o: Any) -> Any:
     if isinstance(o, (bytes, bytearray, memoryview)):
         return " " * len(o)
@@ -672,10 +671,7 @@ class _Record(LexObject):
         if t is not None and t != cls.LEXICON_TYPE:
             what = f"record {uri}" if uri else f"{cls.LEXICON_TYPE} record"
             raise RecordError(f"{what}: $type must be {cls.LEXICON_TYPE!r}")
-        try:  # _record_size, its fast check inlined
-            size = 0 if len(_dumps(value, default=_bytes_as_blanks)) <= _SMALL_JSON else cbor_size(value)
-        except (TypeError, orjson.JSONEncodeError):
-            size = cbor_size(value)
+        size = _record_size(value)
         if size > MAX_RECORD_BYTES:
             what = f"record {uri}" if uri else f"{cls.LEXICON_TYPE} record"
             raise RecordError(
