@@ -298,16 +298,17 @@ def _decrypt(ciphertext: bytes, ad: bytes, nonce: bytes, key: bytes) -> bytes | 
     return out if out is None or type(out) is bytes else bytes(out)
 
 
+_ENCRYPTED_VALIDATOR = EncryptedContent.__pydantic_validator__
+_PLAIN_VALIDATOR = PlainContent.__pydantic_validator__
+_PLAIN_TO_JSON = PlainContent.__pydantic_serializer__.to_json
+
+
 def _new_sealed(key_id: str, nonce: bytes, ciphertext: bytes) -> EncryptedContent:
     # the compiled validator directly (what ``EncryptedContent(...)`` runs, minus ~0.5 µs)
     return _ENCRYPTED_VALIDATOR.validate_python(
         {"scheme": SCHEME, "key_id": key_id, "nonce": nonce, "ciphertext": ciphertext}
     )
 
-
-_ENCRYPTED_VALIDATOR = EncryptedContent.__pydantic_validator__
-_PLAIN_VALIDATOR = PlainContent.__pydantic_validator__
-_PLAIN_TO_JSON = PlainContent.__pydantic_serializer__.to_json
 
 #: Parts whose fields are only strings, booleans and None (no nested model, no number).
 _FLAT_PARTS: Final = frozenset({TextPart, ReasoningPart, ToolCallPart, ToolApprovalPart, SourcePart})
