@@ -159,3 +159,29 @@ def test_decoded_array_can_be_grown_and_emptied(make_adapter) -> None:
         return json.encode(t)
     """)
     assert a.transform_request('{"grow":[1,2],"shrink":[1]}') == '{"grow":[1,2,3],"shrink":[]}'
+
+
+@pytest.mark.parametrize("engine", available_engines())
+def test_remembered_strings_stay_bounded_and_right(engine: str) -> None:
+    # json.encode remembers long strings that needed no escaping (history is sent again
+    # every turn); the memory held for that is capped, and a string that needs escaping
+    # is never taken for a remembered one.
+    import importlib
+
+    from gelbridge.adapters import sandbox
+
+    lupa = importlib.import_module({"luajit": "lupa.luajit21", "lua54": "lupa.lua54"}[engine])
+    rt = lupa.LuaRuntime()
+    json_lua = (Path(sandbox.__file__).with_name("lua") / "json.lua").read_text()
+    out = rt.execute("local json = load(...)() " + """
+        local text = string.rep("plain text ", 10)
+        assert(json.encode({text}) == '["' .. text .. '"]')
+        assert(json.encode({text}) == '["' .. text .. '"]')           -- remembered
+        assert(json.encode({text .. "\\n"}) == '["' .. text .. '\\\\n"]')  -- not the same string
+        collectgarbage("collect")
+        local before = collectgarbage("count")
+        for i = 1, 4000 do json.encode({string.rep("y", 1000) .. i}) end  -- ~4 MB of distinct text
+        collectgarbage("collect")
+        return collectgarbage("count") - before
+    """, json_lua)
+    assert out < 2 * 1024  # KB: at most ~1 MB of text stays remembered

@@ -437,10 +437,28 @@ local function encode_table(t, buf, n, depth)
   return n
 end
 
+-- Strings of at least CLEAN_MIN bytes that needed no escaping, remembered (up to
+-- CLEAN_MAX bytes of them, then forgotten all at once) so that encoding the same text
+-- again skips the scan. A conversation's history is sent again on every turn: most
+-- of a request's text was encoded by this runtime before. Keeping these strings alive
+-- also lets the next json.decode of the same text reuse the interned string instead
+-- of allocating and copying it. Keyed by content, so always right; never exposed.
+local CLEAN_MIN, CLEAN_MAX = 32, 1024 * 1024
+local clean, clean_bytes = {}, 0
+
 encode_value = function(v, buf, n, depth)
   local tv = type(v)
   if tv == "string" then
-    if plain_prefix(v, 1) == #v then -- no escapes: no intermediate quoted copy
+    if clean[v] then
+      buf[n + 1] = '"'; buf[n + 2] = v; buf[n + 3] = '"'
+      return n + 3
+    end
+    local len = #v
+    if plain_prefix(v, 1) == len then -- no escapes: no intermediate quoted copy
+      if len >= CLEAN_MIN and len <= CLEAN_MAX then
+        if clean_bytes + len > CLEAN_MAX then clean = {}; clean_bytes = 0 end
+        clean[v] = true; clean_bytes = clean_bytes + len
+      end
       buf[n + 1] = '"'; buf[n + 2] = v; buf[n + 3] = '"'
       return n + 3
     end
@@ -460,13 +478,24 @@ encode_value = function(v, buf, n, depth)
 end
 
 --- Encode a Lua value as JSON text. Raises on values JSON cannot hold.
+-- The output buffer is kept between calls (growing a fresh table to ~1000 pieces
+-- reallocates it about ten times); emptied after use, dropped if it grew large.
+local spare_buf = nil
+local SPARE_MAX = 8192
+
 function json.encode(v)
   local tv = type(v)
   if tv == "string" then return enc_string(v) end
-  local buf = {}
+  local buf = spare_buf or {}
+  spare_buf = nil -- an encode that raises leaves it nil: the next one starts afresh
   ktop = 0 -- an earlier encode that raised may have left keys on the stack
   local n = encode_value(v, buf, 0, 0)
-  return concat(buf, "", 1, n)
+  local out = concat(buf, "", 1, n)
+  if n <= SPARE_MAX then
+    for i = 1, n do buf[i] = nil end
+    spare_buf = buf
+  end
+  return out
 end
 
 --- Mark t (or a new table) as a JSON array, so it encodes as [] even when empty.
