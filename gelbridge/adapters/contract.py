@@ -763,11 +763,18 @@ def lux_request_for_adapter(
 ) -> Converted[dict[str, Any]]:
     """The Lux IR request JSON a ``lux-ir-v1`` script receives: provider data not
     produced by exactly ``provider``/``model`` stripped, call ids mapped."""
-    stripped, diags = strip_foreign_provider_data(req, provider, model)  # no copy when clean
     # Ids are mapped and the model set while writing the JSON (no copy of the request):
-    # the same map, in the same order, as ``map_tool_call_ids``.
+    # the same map, in the same order, as ``map_tool_call_ids``. The writer also checks
+    # that no block holds state foreign to provider+model (the mapping stripped it
+    # already for the same pair); only when one does is the request stripped (with its
+    # diagnostics) and written again. Stripping never removes a call or a result, so
+    # the id map sees the same ids in the same order on the second pass.
     map_id = id_map.map if id_map is not None and id_map.rule is not None else None
-    return Converted(request_json(stripped, model=model, map_id=map_id), list(diags))
+    wire = request_json(req, model=model, map_id=map_id, owner=(provider, model))
+    if wire is not None:
+        return Converted(wire, [])
+    stripped, diags = strip_foreign_provider_data(req, provider, model)
+    return Converted(request_json(stripped, model=model, map_id=map_id), list(diags))  # type: ignore[arg-type]
 
 
 def _fill_pd(pd: Any, provider: str, model: str) -> None:

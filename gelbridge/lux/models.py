@@ -527,11 +527,12 @@ class LuxRequest:
     def to_json(self) -> dict[str, Any]:
         return request_json(self)
 
-    def _json(self, model: str, map_id: Callable[[str], str] | None) -> dict[str, Any]:
+    def _json(self, model: str, map_id: Callable[[str], str] | None,
+              owner: tuple[str, str] | None = None) -> dict[str, Any]:
         out: dict[str, Any] = {"schema_version": self.schema_version, "model": model}
         if self.instructions is not None:
-            out["instructions"] = contents_json(self.instructions)
-        out["conversation"] = conversation_json(self.conversation, map_id)
+            out["instructions"] = contents_json(self.instructions, None, owner)
+        out["conversation"] = conversation_json(self.conversation, map_id, owner)
         if self.tools is not None:
             out["tools"] = [t.to_json() for t in self.tools]
         if self.tool_choice is not None:
@@ -553,37 +554,68 @@ class LuxRequest:
 
 
 def request_json(req: LuxRequest, *, model: str | None = None,
-                 map_id: Callable[[str], str] | None = None) -> dict[str, Any]:
+                 map_id: Callable[[str], str] | None = None,
+                 owner: tuple[str, str] | None = None) -> dict[str, Any] | None:
     """``req.to_json()``, optionally with another ``model`` and with every tool-call id
     of the conversation's messages (``tool_use.id``, ``tool_result.tool_use_id``, in
     conversation order) passed through ``map_id``: what an adapter receives, without
-    copying the request first."""
-    return req._json(req.model if model is None else model, map_id)
+    copying the request first.
+
+    ``owner`` = (provider, model): return None as soon as a block carries provider
+    state not owned by exactly them (provider_data with another tag; a signature or
+    redacted thinking without a tag), anywhere ``strip_foreign_provider_data`` looks or
+    deeper. A result therefore means that stripping would change nothing, and the scan
+    costs no walk of its own."""
+    try:
+        return req._json(req.model if model is None else model, map_id, owner)
+    except _ForeignState:
+        return None
 
 
-def contents_json(blocks: list[Content], map_id: Callable[[str], str] | None = None) -> list[dict[str, Any]]:
+class _ForeignState(Exception):
+    """Raised inside ``request_json(owner=...)``: a block holds state of another owner."""
+
+
+_FOREIGN = _ForeignState()
+
+
+def _pd_json(pd: ProviderData, owner: tuple[str, str] | None) -> dict[str, Any]:
+    if owner is not None and (pd.provider != owner[0] or pd.model != owner[1]):
+        raise _FOREIGN
+    return {"provider": pd.provider, "model": pd.model, "data": pd.data}
+
+
+def contents_json(blocks: list[Content], map_id: Callable[[str], str] | None = None,
+                  owner: tuple[str, str] | None = None) -> list[dict[str, Any]]:
     """``[c.to_json() for c in blocks]``, with the common blocks written inline (this is
     the bulk of a request: a per-block method call and helper dicts cost more than
-    the dicts themselves). ``map_id``: as in ``request_json``, for these blocks only."""
+    the dicts themselves). ``map_id``, ``owner``: as in ``request_json``, for these
+    blocks (``map_id`` not for nested ones)."""
     out: list[dict[str, Any]] = []
     append = out.append
     for c in blocks:
         t = type(c)
         if t is Text:
-            if c.annotations is None and c.provider_data is None:  # type: ignore[union-attr]
+            pd = c.provider_data  # type: ignore[union-attr]
+            if c.annotations is None and pd is None:  # type: ignore[union-attr]
                 append({"type": "text", "text": c.text})  # type: ignore[union-attr]
             else:
-                append(c.to_json())
+                d = c.to_json()
+                if pd is not None:
+                    d["provider_data"] = _pd_json(pd, owner)
+                append(d)
         elif t is Thinking:
             p: dict[str, Any] = {"text": c.text, "redacted": c.redacted}  # type: ignore[union-attr]
             if c.signature is not None:  # type: ignore[union-attr]
                 p["signature"] = c.signature  # type: ignore[union-attr]
             if c.summary is not None:  # type: ignore[union-attr]
-                p["summary"] = contents_json(c.summary)  # type: ignore[union-attr]
-            d: dict[str, Any] = {"type": "thinking", "thinking": p}
+                p["summary"] = contents_json(c.summary, None, owner)  # type: ignore[union-attr]
+            d = {"type": "thinking", "thinking": p}
             pd = c.provider_data  # type: ignore[union-attr]
             if pd is not None:
-                d["provider_data"] = {"provider": pd.provider, "model": pd.model, "data": pd.data}
+                d["provider_data"] = _pd_json(pd, owner)
+            elif owner is not None and (c.signature is not None or c.redacted):  # type: ignore[union-attr]
+                raise _FOREIGN  # opaque state without a tag: no known producer
             append(d)
         elif t is ToolUse:
             cid = c.id if map_id is None else map_id(c.id)  # type: ignore[union-attr]
@@ -591,27 +623,33 @@ def contents_json(blocks: list[Content], map_id: Callable[[str], str] | None = N
                  "tool_use": {"id": cid, "name": c.name, "arguments": c.arguments}}  # type: ignore[union-attr]
             pd = c.provider_data  # type: ignore[union-attr]
             if pd is not None:
-                d["provider_data"] = {"provider": pd.provider, "model": pd.model, "data": pd.data}
+                d["provider_data"] = _pd_json(pd, owner)
             append(d)
         elif t is ToolResult:
             rid = c.tool_use_id if map_id is None else map_id(c.tool_use_id)  # type: ignore[union-attr]
             append({"type": "tool_result", "tool_result": {
-                "tool_use_id": rid, "content": contents_json(c.content),  # type: ignore[union-attr]
+                "tool_use_id": rid, "content": contents_json(c.content, None, owner),  # type: ignore[union-attr]
                 "is_error": c.is_error}})  # type: ignore[union-attr]
         else:
             append(c.to_json())
     return out
 
 
-def conversation_json(items: list[ConversationItem],
-                      map_id: Callable[[str], str] | None = None) -> list[dict[str, Any]]:
+def conversation_json(items: list[ConversationItem], map_id: Callable[[str], str] | None = None,
+                      owner: tuple[str, str] | None = None) -> list[dict[str, Any]]:
     """``[i.to_json() for i in items]`` (see ``contents_json``; ``map_id`` applies to the
     top-level blocks of each message)."""
     out: list[dict[str, Any]] = []
     append = out.append
     for item in items:
         if type(item) is Message:
-            m: dict[str, Any] = {"role": item.role, "content": contents_json(item.content, map_id)}
+            content = item.content
+            c = content[0] if len(content) == 1 else None
+            if type(c) is Text and c.annotations is None and c.provider_data is None:
+                blocks = [{"type": "text", "text": c.text}]  # the usual user turn: no call
+            else:
+                blocks = contents_json(content, map_id, owner)
+            m: dict[str, Any] = {"role": item.role, "content": blocks}
             if item.phase is not None:
                 m["phase"] = item.phase
             append({"type": "message", "message": m})

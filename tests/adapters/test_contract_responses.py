@@ -284,3 +284,35 @@ def test_lux_response_one_pass_equals_fill_then_full_reader(blocks, model, usage
     if full is None:
         pytest.fail("the full reader refused what the one-pass reader accepted")
     assert fast == full
+
+
+_tag = st.none() | st.builds(ProviderData, st.sampled_from([P, "q"]), st.sampled_from([M, "n"]), st.just({"k": 1}))
+_text = st.builds(Text, st.text(max_size=3), st.none(), _tag)
+_ids = st.sampled_from(["call.1", "c2", "bad id!", "x" * 50])
+_req_blocks = st.one_of(
+    _text,
+    st.builds(Thinking, st.text(max_size=3), st.booleans(), st.none() | st.just("sig"),
+              st.none() | st.lists(_text, max_size=1), _tag),
+    st.builds(ToolUse, _ids, st.just("f"), st.just("{}"), _tag),
+    st.builds(ToolResult, _ids, st.lists(_text, max_size=2)),
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.builds(Message, st.sampled_from(["user", "assistant", "tool"]), st.lists(_req_blocks, max_size=4)),
+                max_size=4),
+       st.none() | st.lists(_text, max_size=2),
+       st.sampled_from([None, ToolCallIdRule(pattern="^[a-zA-Z0-9_-]+$", max_length=12),
+                        ToolCallIdRule(exact_length=9)]))
+def test_lux_request_for_adapter_equals_strip_then_map_then_to_json(conv, instructions, rule) -> None:
+    from dataclasses import replace
+
+    from gelbridge.adapters.ids import map_tool_call_ids
+    from gelbridge.lux import strip_foreign_provider_data
+
+    req = LuxRequest(model="requested", conversation=conv, options=Options(stream=False), instructions=instructions)
+    got = lux_request_for_adapter(req, provider=P, model=M, id_map=ToolCallIdMap(rule))
+    stripped, diags = strip_foreign_provider_data(req, P, M)
+    want = replace(map_tool_call_ids(stripped, ToolCallIdMap(rule)), model=M).to_json()
+    assert got.value == want
+    assert got.diagnostics == diags

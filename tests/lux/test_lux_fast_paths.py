@@ -127,6 +127,18 @@ def test_strip_scan_agrees_with_the_full_walk(req):
         assert fast[0] is req  # nothing foreign: the request itself, no copy
 
 
+@settings(max_examples=400, deadline=None)
+@given(strip_requests)
+def test_writer_owner_check_is_never_laxer_than_stripping(req):
+    checked = request_json(req, owner=("p", "m"))
+    stripped, diags = strip_foreign_provider_data(req, "p", "m")
+    if checked is not None:  # nothing foreign: stripping would change nothing
+        assert stripped is req and diags == []
+        assert checked == req.to_json()
+    if diags:
+        assert checked is None
+
+
 # --- read_plain_response: same value as the full reader, or None ------------------------
 
 
