@@ -345,7 +345,7 @@ local function push_message(out, role, content, deep)
       return
     end
   end
-  local parts, only_text = jarray(), true
+  local parts, np, only_text = nil, 0, true
   for i = 1, n do
     local b = content[i]
     local t = b.type
@@ -354,12 +354,13 @@ local function push_message(out, role, content, deep)
     elseif t ~= "thinking" and t ~= "tool_use" then
       local p = user_part(b)
       if p then
-        parts[#parts + 1] = p
+        if not parts then parts = jarray() end
+        np = np + 1; parts[np] = p
         if p.type ~= "text" then only_text = false end
       end
     end
   end
-  if #parts == 0 then return end
+  if np == 0 then return end
   if only_text then
     local texts = {}
     for i = 1, #parts do texts[i] = parts[i].text end
@@ -378,10 +379,22 @@ end
 
 local REASONING_MODEL = { o1 = true, o3 = true, o4 = true }
 
+-- Answers per model id, remembered (a runtime sees a handful of models; the two
+-- guarded pattern calls cost more than the rest of a small request's conversion).
+local completion_tokens_of, completion_tokens_n = {}, 0
+
 local function uses_completion_tokens(model)
-  local m = match(model or "", "([^/]*)$") or ""
+  model = model or ""
+  local known = completion_tokens_of[model]
+  if known ~= nil then return known end
+  local m = match(model, "([^/]*)$") or ""
   local family = match(m, "^(o%d)") or ""
-  return REASONING_MODEL[family] or sub(m, 1, 5) == "gpt-5"
+  local yes = REASONING_MODEL[family] or sub(m, 1, 5) == "gpt-5"
+  if completion_tokens_n < 64 and type(model) == "string" then
+    completion_tokens_n = completion_tokens_n + 1
+    completion_tokens_of[model] = yes
+  end
+  return yes
 end
 
 local DEEPSEEK_EFFORT = { minimal = "low", low = "low", medium = "high", high = "high", xhigh = "max" }
@@ -518,9 +531,8 @@ local function openai_family(flavor)
     local conv = req.conversation or {}
     for i = 1, #conv do
       local item = conv[i]
-      if item.type == "message" and item.message then
-        push_message(messages, item.message.role, item.message.content or {}, DEEPSEEK)
-      end
+      local m = item.type == "message" and item.message
+      if m then push_message(messages, m.role, m.content or {}, DEEPSEEK) end
     end
 
     local tools = function_tools(req.tools, openai_tool)
