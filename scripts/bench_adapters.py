@@ -3,9 +3,11 @@
     .venv/bin/python scripts/bench_adapters.py [--n 300] [--rounds 40] [--requests 200]
 
 (a) per request, no network: Lux request (~20 messages) → adapter input → Lua
-    transform_request → provider body; provider response body → Lua transform_response
-    → Lux response. For every built-in adapter in adapters/ and for the ADAPTER.md
-    ("completion") path (tests/adapters/scripts/openai_md.lua). One sample per request.
+    transform_request → provider body (``provider_body``, as ``ModelClient.prepare``);
+    provider response body → Lua transform_response → Lux response. For every built-in
+    adapter in adapters/ and for the ADAPTER.md ("completion") path
+    (tests/adapters/scripts/openai_md.lua). One sample per request; the two sides are
+    also reported apart (the "adapter_req"/"adapter_resp" steps of bench_core.py).
 (b) per stream chunk, end to end as ``ModelClient`` does it: ``StreamSession.chunk``
     (pinned runtime + state table) → orjson decode of the returned events → typed
     events (``LuxEventDecoder``/``CompletionChunkDecoder``) → ``StreamAccumulator.feed``.
@@ -34,7 +36,7 @@ from typing import Any
 import httpx
 import orjson
 
-from gelbridge.adapters.client import ModelClient, _skipped_frame, convert_request
+from gelbridge.adapters.client import ModelClient, _skipped_frame, provider_body
 from gelbridge.adapters.contract import (
     LUX_FORMAT,
     CompletionChunkDecoder,
@@ -116,6 +118,8 @@ class RequestBench:
         self.req = request("m", provider)
         self.lux = adapter.format == LUX_FORMAT
         self.samples: list[float] = []
+        self.req_side: list[float] = []
+        self.resp_side: list[float] = []
 
     def run(self, n: int) -> None:
         adapter, provider, raw, req = self.adapter, self.provider, self.raw, self.req
@@ -123,11 +127,14 @@ class RequestBench:
         perf = time.perf_counter
         for _ in range(n):
             t0 = perf()
-            conv = convert_request(adapter, req, provider=provider, model="m")
-            adapter.transform_request(orjson.dumps(conv.value).decode())
+            provider_body(adapter, req, provider=provider, model="m")  # what ModelClient.prepare runs
+            t1 = perf()
             out = loads_json(adapter.transform_response(raw), "transform_response")
             to_lux(out, provider=provider, model="m")
-            self.samples.append(perf() - t0)
+            t2 = perf()
+            self.samples.append(t2 - t0)
+            self.req_side.append(t1 - t0)
+            self.resp_side.append(t2 - t1)
 
 
 def payloads(name: str) -> list[str]:
@@ -238,6 +245,8 @@ def main() -> None:
     for b in reqs.values():  # warm-up: JIT traces, pools, caches
         b.run(20)
         b.samples.clear()
+        b.req_side.clear()
+        b.resp_side.clear()
     for b in chunks.values():
         b.run_stream()
         b.samples.clear()
@@ -263,6 +272,15 @@ def main() -> None:
               f"| {median_us(c.samples):.1f} µs | {p90_us(c.samples):.1f} µs | {len(c.data)} |")
     print()
     print("targets: < 0.5 ms per request, < 20 µs per chunk (medians)")
+    print()
+    print("(a) split: request side = provider_body (Lux → adapter input, transform_request);")
+    print("    response side = transform_response + JSON decode + Lux response (medians)")
+    print()
+    print("| adapter | request side | response side |")
+    print("|---|---:|---:|")
+    for name in names:
+        r = reqs[name]
+        print(f"| {name} | {median_us(r.req_side):.1f} µs | {median_us(r.resp_side):.1f} µs |")
     print()
     res = asyncio.run(bench_http(args.requests, registry))
     print("(c) one non-stream request to the local ModelServer (median, loopback):")
