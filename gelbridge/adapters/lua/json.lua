@@ -477,12 +477,12 @@ encode_value = function(v, buf, n, depth)
   return n
 end
 
---- Encode a Lua value as JSON text. Raises on values JSON cannot hold.
 -- The output buffer is kept between calls (growing a fresh table to ~1000 pieces
 -- reallocates it about ten times); emptied after use, dropped if it grew large.
 local spare_buf = nil
 local SPARE_MAX = 8192
 
+--- Encode a Lua value as JSON text. Raises on values JSON cannot hold.
 function json.encode(v)
   local tv = type(v)
   if tv == "string" then return enc_string(v) end
