@@ -437,28 +437,12 @@ local function encode_table(t, buf, n, depth)
   return n
 end
 
--- Strings of at least CLEAN_MIN bytes that needed no escaping, remembered (up to
--- CLEAN_MAX bytes of them, then forgotten all at once) so that encoding the same text
--- again skips the scan. A conversation's history is sent again on every turn: most
--- of a request's text was encoded by this runtime before. Keeping these strings alive
--- also lets the next json.decode of the same text reuse the interned string instead
--- of allocating and copying it. Keyed by content, so always right; never exposed.
-local CLEAN_MIN, CLEAN_MAX = 32, 1024 * 1024
-local clean, clean_bytes = {}, 0
-
 encode_value = function(v, buf, n, depth)
   local tv = type(v)
   if tv == "string" then
-    if clean[v] then
-      buf[n + 1] = '"'; buf[n + 2] = v; buf[n + 3] = '"'
-      return n + 3
-    end
-    local len = #v
-    if plain_prefix(v, 1) == len then -- no escapes: no intermediate quoted copy
-      if len >= CLEAN_MIN and len <= CLEAN_MAX then
-        if clean_bytes + len > CLEAN_MAX then clean = {}; clean_bytes = 0 end
-        clean[v] = true; clean_bytes = clean_bytes + len
-      end
+    -- No memo of strings seen before: this runtime serves every conversation, and
+    -- keeping their text alive between calls is not worth the ~10% it would save.
+    if plain_prefix(v, 1) == #v then -- no escapes: no intermediate quoted copy
       buf[n + 1] = '"'; buf[n + 2] = v; buf[n + 3] = '"'
       return n + 3
     end
