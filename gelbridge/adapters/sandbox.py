@@ -222,10 +222,17 @@ class LuaSandbox:
         ``arg`` may be UTF-8 bytes already (e.g. from ``orjson.dumps``): passed as is."""
         if type(arg) is not bytes:
             arg = arg.encode("utf-8", "replace")  # type: ignore[union-attr]
+        return self._call_text(b"string", fname, fname.encode(), arg, None)
+
+    def _call_text(self, kind: bytes, fname: str, fname_b: bytes, arg: bytes, state: Any) -> str:
+        """One Lua entry with a fresh time and instruction budget; the script's string.
+
+        The per-call Python work is kept to the minimum (it runs once per stream chunk):
+        the success case is decided on the raw bytes."""
         lim = self.limits
         try:
-            status, value = self._invoke(b"string", fname.encode(), time.monotonic() + lim.time_limit,
-                                         float(lim.max_instructions // HOOK_EVERY), arg, None)
+            status, value = self._invoke(kind, fname_b, time.monotonic() + lim.time_limit,
+                                         float(lim.max_instructions // HOOK_EVERY), arg, state)
         except self._memory_error:
             raise self._violation("memory", fname) from None
         except self._lua_error as e:  # only the prelude itself can get here
@@ -239,33 +246,12 @@ class LuaSandbox:
         return self._result(fname, st, value)  # type: ignore[return-value]
 
     def stream_caller(self, fname: str) -> Callable[[str, Any], str]:
-        """A bound ``adapter.<fname>(data, state)`` for the chunks of one stream.
-
-        Same limits and errors as ``call_string`` (fresh time and instruction budget
-        per call); the per-call Python work is cut to the minimum because it runs
-        once per chunk: one Lua entry, the success case decided on the raw bytes.
-        """
-        invoke, fname_b = self._invoke, fname.encode()
-        time_limit = self.limits.time_limit
-        budget = float(self.limits.max_instructions // HOOK_EVERY)
-        memory_error, lua_error = self._memory_error, self._lua_error
-        clock = time.monotonic
+        """A bound ``adapter.<fname>(data, state)`` for the chunks of one stream (same
+        limits and errors as ``call_string``)."""
+        call_text, fname_b = self._call_text, fname.encode()
 
         def call(data: str, state: Any) -> str:
-            try:
-                status, value = invoke(b"url", fname_b, clock() + time_limit, budget,
-                                       data.encode("utf-8", "replace"), state)
-            except memory_error:
-                raise self._violation("memory", fname) from None
-            except lua_error as e:  # only the prelude itself can get here
-                self.broken = True
-                raise AdapterError(f"adapter {self.adapter!r}: {fname} failed in the host: {_text(e)[:300]}") from None
-            if status == b"ok" and type(value) is bytes:
-                return value.decode("utf-8", "replace")
-            st = _text(status)
-            if st == "violation":
-                raise self._violation(_text(value), fname)
-            return self._result(fname, st, value)  # type: ignore[return-value]
+            return call_text(b"url", fname, fname_b, data.encode("utf-8", "replace"), state)
 
         return call
 
