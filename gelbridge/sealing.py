@@ -252,8 +252,10 @@ try:  # libsodium directly: PyNaCl's binding adds ~half the cost of a small encr
 
     _raw_decrypt = _lib.crypto_aead_xchacha20poly1305_ietf_decrypt
     _raw_encrypt = _lib.crypto_aead_xchacha20poly1305_ietf_encrypt
+    _from_buffer = _ffi.from_buffer
+    _NULL = _ffi.NULL
 except (ImportError, AttributeError):  # pragma: no cover - other PyNaCl layouts
-    _raw_decrypt = _raw_encrypt = None
+    _raw_decrypt = _raw_encrypt = _from_buffer = _NULL = None
 
 
 def _encrypt(plaintext: bytes, ad: bytes, nonce: bytes, key: bytes) -> bytes:
@@ -442,8 +444,25 @@ def open_content(
     every message of a thread.
     """
     uri_s = uri if type(uri) is str else str(uri)
-    key = _check_sealed(enc, keyring)
-    plaintext = _decrypt_into(enc.ciphertext, f"{SCHEME}\n{uri_s}\n{enc.key_id}".encode(), enc.nonce, key)
+    ct, nonce, key_id = enc.ciphertext, enc.nonce, enc.key_id
+    mlen = len(ct) - TAG_BYTES
+    if (
+        type(keyring) is Keyring
+        and mlen > 0
+        and len(nonce) == NONCE_BYTES
+        and enc.scheme == SCHEME
+        and _raw_decrypt is not None
+        and (key := keyring._keys.get(key_id)) is not None  # a Keyring holds only 32-byte keys
+    ):
+        # the usual case in this frame: what _check_sealed + _decrypt_into do, minus two
+        # calls and their repeated length checks (~0.5-1 µs of a ~10 µs open)
+        out = bytearray(mlen)
+        ad = f"{SCHEME}\n{uri_s}\n{key_id}".encode()
+        ok = _raw_decrypt(_from_buffer(out), _NULL, _NULL, ct, len(ct), ad, len(ad), nonce, key) == 0
+        plaintext = out if ok else None
+    else:
+        key = _check_sealed(enc, keyring)  # raises what is wrong with the seal or the key
+        plaintext = _decrypt_into(ct, _ad(uri_s, key_id), nonce, key)
     if plaintext is None:
         raise _open_failed(enc, uri_s, key, candidate_uris)
     try:

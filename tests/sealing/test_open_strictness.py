@@ -16,11 +16,17 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
-from gelbridge.errors import RecordError
+from gelbridge.errors import (
+    DecryptError,
+    MalformedSealError,
+    MovedCiphertextError,
+    RecordError,
+    UnknownKeyError,
+    UnknownSchemeError,
+)
 from gelbridge.records import PlainContent
-from gelbridge.records.models import record_error
+from gelbridge.records.models import EncryptedContent, record_error
 from gelbridge.sealing import SCHEME, Keyring, _encrypt, open_content, seal_content
-from gelbridge.records.models import EncryptedContent
 
 URI = "at://did:plc:abc123/chat.gel.assistant.message/3mabcdefghij2"
 PC = '"$type":"chat.gel.assistant.defs#plainContent"'
@@ -275,3 +281,27 @@ def test_sealed_content_opens_to_itself(ring: Keyring, text: str, n: int) -> Non
         assert any(0xD800 <= ord(c) < 0xE000 for c in text)
         return
     assert open_content(enc, uri=URI, keyring=ring) == pc
+
+
+@pytest.mark.parametrize("as_mapping", [False, True], ids=["Keyring", "plain-mapping"])
+def test_open_content_errors_for_any_keyring_type(ring: Keyring, as_mapping: bool) -> None:
+    keys = dict(ring) if as_mapping else ring
+    other = URI.replace("3mabcdefghij2", "3mabcdefghik2")
+    enc = sealed(doc(parts=text_part('"text":"hi"')), ring)
+    assert open_content(enc, uri=URI, keyring=keys).parts[0].text == "hi"
+    flipped = enc.model_copy(update={"ciphertext": enc.ciphertext[:-1] + bytes([enc.ciphertext[-1] ^ 1])})
+    with pytest.raises(DecryptError, match="key is wrong or the record was changed"):
+        open_content(flipped, uri=URI, keyring=keys)
+    with pytest.raises(MovedCiphertextError) as ei:
+        open_content(enc, uri=other, keyring=keys, candidate_uris=[other, URI])
+    assert ei.value.belongs_to == URI
+    with pytest.raises(KeyError if as_mapping else UnknownKeyError):  # a plain mapping's own lookup error
+        open_content(enc.model_copy(update={"key_id": "k9"}), uri=URI, keyring=keys)
+    with pytest.raises(UnknownSchemeError):  # the scheme is checked before the key
+        open_content(enc.model_copy(update={"scheme": "x", "key_id": "k9"}), uri=URI, keyring=keys)
+    with pytest.raises(MalformedSealError, match="nonce is 12 bytes"):
+        open_content(enc.model_copy(update={"nonce": bytes(12), "key_id": "k9"}), uri=URI, keyring=keys)
+    with pytest.raises(MalformedSealError, match="shorter than the 16-byte tag"):
+        open_content(enc.model_copy(update={"ciphertext": bytes(15)}), uri=URI, keyring=keys)
+    with pytest.raises(RecordError, match="not UTF-8 JSON"):  # a tag and nothing else: empty plaintext
+        open_content(sealed(b"", ring), uri=URI, keyring=keys)
