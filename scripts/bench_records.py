@@ -1,9 +1,15 @@
 """Cost of reading and writing typical sealed messages, per operation.
 
-Run: ``.venv/bin/python scripts/bench_records.py [--cpu]``. Prints the median per call
-(µs) of several repeats, and the minimum. ``--cpu`` times with the thread's CPU clock
-instead of the wall clock: steadier on a busy machine (time spent waiting for the
-CPU is not counted).
+Run: ``.venv/bin/python scripts/bench_records.py [--cpu] [--against=DIR]``. Prints the
+median per call (µs) of several repeats, and the minimum. ``--cpu`` times with the
+thread's CPU clock instead of the wall clock: steadier on a busy machine (time spent
+waiting for the CPU is not counted).
+
+``--against=DIR`` (a checkout, e.g. ``git worktree add /tmp/base HEAD``) instead compares
+``open_content`` of DIR's ``gelbridge/sealing.py`` with this tree's, in one process and in
+alternating batches (so a slow spell hits both alike), and prints both medians and the
+median of the paired differences. Only ``sealing.py`` comes from DIR: the models are
+this tree's.
 
 Operations: ``MessageRecord.from_value`` of a user message and of a reply in the JSON
 form (XRPC) and the CBOR form (firehose/CAR); ``content_of`` (decrypt + JSON + model)
@@ -13,6 +19,7 @@ share of a 20-message turn estimated from them.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import statistics
 import sys
@@ -42,6 +49,33 @@ REPLY_URI = URI + ".r0"
 def _cbor_form(json_form: dict, content) -> dict:  # noqa: ANN001
     sealed = {**json_form["content"], "nonce": content.nonce, "ciphertext": content.ciphertext}
     return libipld.decode_dag_cbor(libipld.encode_dag_cbor({**json_form, "content": sealed}))
+
+
+def compare(against: str, cases: dict[str, PlainContent], timer: Callable[[], float], rounds: int = 41) -> None:
+    """Interleaved A/B of ``open_content``: ``against``'s sealing.py vs this tree's."""
+    spec = importlib.util.spec_from_file_location("_sealing_against", f"{against}/gelbridge/sealing.py")
+    assert spec is not None and spec.loader is not None
+    other = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = other  # dataclasses look their module up
+    spec.loader.exec_module(other)
+    ring = Keyring()
+    ring.add_new("k1")
+    other_ring = other.Keyring({"k1": ring["k1"]})
+    print(f"open_content µs per call, median of {rounds} alternating batches (min of 3 x 500 calls each)")
+    print(f"{'':<12}{against:>22}{'this tree':>12}{'paired diff':>13}")
+    for name, pc in cases.items():
+        enc = seal_content(pc, uri=REPLY_URI, key_id="k1", keyring=ring)
+        fns = {
+            "other": lambda: other.open_content(enc, uri=REPLY_URI, keyring=other_ring),
+            "this": lambda: open_content(enc, uri=REPLY_URI, keyring=ring),
+        }
+        assert fns["other"]() == fns["this"]() == pc
+        per: dict[str, list[float]] = {k: [] for k in fns}
+        for i in range(rounds):
+            for k in (("other", "this") if i % 2 else ("this", "other")):
+                per[k].append(min(timeit.repeat(fns[k], number=500, repeat=3, timer=timer)) / 500 * 1e6)
+        diff = statistics.median(a - b for a, b in zip(per["other"], per["this"]))
+        print(f"{name:<12}{statistics.median(per['other']):22.2f}{statistics.median(per['this']):12.2f}{diff:13.2f}")
 
 
 def main() -> None:
@@ -77,6 +111,10 @@ def main() -> None:
     reply_json = json.loads(json.dumps(reply.to_value()))
     reply_cbor = _cbor_form(reply_json, reply_content)
     sealed_three = seal_content(three, uri=REPLY_URI, key_id="k1", keyring=ring)
+    against = next((a.split("=", 1)[1] for a in sys.argv if a.startswith("--against=")), None)
+    if against:
+        compare(against, {"1 part": PlainContent(parts=[TextPart(text=text)]), "3 parts": three, "5 parts": five}, timer)
+        return
 
     def bench(name: str, fn: Callable[[], object], n: int = 2000) -> float:
         for _ in range(n // 10):
