@@ -365,7 +365,12 @@ def _check_sealed(enc: EncryptedContent, keyring: Mapping[str, bytes]) -> bytes:
         key = keyring._keys.get(enc.key_id)
         if key is not None:
             return key
-    return keyring[enc.key_id]
+    try:
+        return keyring[enc.key_id]
+    except KeyError:  # a plain mapping's lookup: the same error a Keyring raises
+        raise UnknownKeyError(
+            f"keyId {enc.key_id!r} is not in the keyring: add that key to the keyring file"
+        ) from None
 
 
 def _try_open(enc: EncryptedContent, uri: str, key: bytes) -> bytes | None:
