@@ -244,7 +244,7 @@ def _seal_key(key_id: str, keyring: Mapping[str, bytes]) -> bytes:
         if key is not None:
             return key
     check_key_id(key_id)
-    return keyring[key_id]
+    return _key(keyring, key_id)
 
 
 try:  # libsodium directly: PyNaCl's binding adds ~half the cost of a small encrypt/decrypt
@@ -361,15 +361,20 @@ def _check_sealed(enc: EncryptedContent, keyring: Mapping[str, bytes]) -> bytes:
         raise MalformedSealError(
             f"ciphertext is {len(enc.ciphertext)} bytes, shorter than the {TAG_BYTES}-byte tag"
         )
+    return _key(keyring, enc.key_id)
+
+
+def _key(keyring: Mapping[str, bytes], key_id: str) -> bytes:
+    """``keyring[key_id]``; UnknownKeyError if absent, whatever the mapping's type."""
     if type(keyring) is Keyring:
-        key = keyring._keys.get(enc.key_id)
+        key = keyring._keys.get(key_id)
         if key is not None:
             return key
     try:
-        return keyring[enc.key_id]
+        return keyring[key_id]
     except KeyError:  # a plain mapping's lookup: the same error a Keyring raises
         raise UnknownKeyError(
-            f"keyId {enc.key_id!r} is not in the keyring: add that key to the keyring file"
+            f"keyId {key_id!r} is not in the keyring: add that key to the keyring file"
         ) from None
 
 
@@ -526,14 +531,14 @@ def content_of(
 def seal_blob(data: bytes, *, key_id: str, keyring: Mapping[str, bytes]) -> bytes:
     """Encrypt a blob body: ``nonce ‖ AEAD(data)``, to upload as application/octet-stream."""
     check_key_id(key_id)
-    key = keyring[key_id]
+    key = _key(keyring, key_id)
     nonce = secrets.token_bytes(NONCE_BYTES)
     return nonce + crypto_aead_xchacha20poly1305_ietf_encrypt(bytes(data), _blob_ad(key_id), nonce, key)
 
 
 def open_blob(body: bytes, *, key_id: str, keyring: Mapping[str, bytes]) -> bytes:
     """Decrypt a blob body made by :func:`seal_blob`."""
-    key = keyring[key_id]
+    key = _key(keyring, key_id)
     if len(body) < NONCE_BYTES + TAG_BYTES:
         raise MalformedSealError(
             f"encrypted blob is {len(body)} bytes, shorter than nonce and tag ({NONCE_BYTES + TAG_BYTES})"
