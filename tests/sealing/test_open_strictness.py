@@ -28,18 +28,12 @@ from gelbridge.records import PlainContent
 from gelbridge.records.models import EncryptedContent, record_error
 from gelbridge.sealing import SCHEME, Keyring, _encrypt, open_content, seal_content
 
-URI = "at://did:plc:abc123/chat.gel.assistant.message/3mabcdefghij2"
+from sealing_uris import URI
+
 PC = '"$type":"chat.gel.assistant.defs#plainContent"'
 TEXT = '"$type":"chat.gel.assistant.defs#textPart"'
 NOT_JSON = f"sealed content of {URI} is not UTF-8 JSON"
 NOT_OBJECT = f"sealed content of {URI} is not a JSON object"
-
-
-@pytest.fixture(scope="module")
-def ring() -> Keyring:
-    r = Keyring()
-    r.add_new("k1")
-    return r
 
 
 def sealed(plaintext: bytes, ring: Keyring) -> EncryptedContent:

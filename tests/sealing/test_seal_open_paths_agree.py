@@ -24,17 +24,9 @@ from gelbridge.records import (
 from gelbridge.sealing import SCHEME, Keyring, content_of, open_content, open_value, seal_content, seal_value
 from gelbridge.sealing import _encrypt
 
-URI = "at://did:plc:abc123/chat.gel.assistant.message/3mabcdefghij2"
-OTHER = "at://did:plc:abc123/chat.gel.assistant.message/3mabcdefghik2"
+from sealing_uris import OTHER, URI
+
 CID = "bafyreihltcnuuyqp2jm24aqydpnlj7b6w3ogwrplomrjtg5rifv44mmjey"
-
-
-@pytest.fixture(scope="module")
-def ring() -> Keyring:
-    r = Keyring()
-    r.add_new("k1")
-    r.add_new("k2")
-    return r
 
 
 def plaintext_of(enc, ring: Keyring, uri: str = URI) -> bytes:

@@ -33,16 +33,7 @@ from gelbridge.sealing import (
     seal_value,
 )
 
-URI = "at://did:plc:abc123/chat.gel.assistant.message/3mabcdefghij2"
-OTHER = "at://did:plc:abc123/chat.gel.assistant.message/3mabcdefghik2"
-
-
-@pytest.fixture(scope="module")
-def ring() -> Keyring:
-    r = Keyring()
-    r.add_new("k1")
-    r.add_new("k2")
-    return r
+from sealing_uris import OTHER, URI
 
 
 json_values = st.recursive(
