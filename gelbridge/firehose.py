@@ -51,8 +51,9 @@ class RepoEvent:
 class StreamMarker:
     """A non-commit frame worth knowing about.
 
-    ``kind`` is ``"#info"`` (e.g. ``name="OutdatedCursor"``: events were lost, backfill),
-    ``"#sync"`` (the repo ``did`` was reset: re-fetch it), ``"#account"`` or ``"#identity"``.
+    ``kind`` is ``"#open"`` (the websocket is open: first item of every subscription),
+    ``"#info"`` (e.g. ``name="OutdatedCursor"``: events were lost, backfill), ``"#sync"``
+    (the repo ``did`` was reset: re-fetch it), ``"#account"`` or ``"#identity"``.
     """
 
     seq: int | None
@@ -199,8 +200,10 @@ async def subscribe_repos(
 ) -> AsyncIterator[Any]:
     """Record events from a PDS firehose, replaying events with seq > ``cursor``.
 
-    With ``markers=True`` also yields :class:`StreamMarker` for #info/#sync/#account/
-    #identity frames (of the filtered repos). #info frames are logged either way.
+    With ``markers=True`` also yields :class:`StreamMarker`: ``#open`` once the websocket is
+    open (a generator does nothing until iterated, so this is how a caller learns that the
+    subscription is live), then #info/#sync/#account/#identity frames (of the filtered
+    repos). #info frames are logged either way.
     Persist ``event.seq`` to resume. Connection loss raises :class:`PdsUnavailable`;
     an error frame raises :class:`FirehoseError`. Wrap it in ``contextlib.aclosing``
     when you may stop early, so the socket closes at once::
@@ -219,6 +222,8 @@ async def subscribe_repos(
             f"cannot open the firehose of {pds_url} ({type(e).__name__}): check that the PDS is running"
         ) from None
     try:
+        if markers:
+            yield StreamMarker(None, "#open")
         while True:
             try:
                 frame = await ws.recv()

@@ -151,15 +151,17 @@ class FirehoseSource:
                         open_timeout=self.open_timeout,
                     )
                 ) as stream:
-                    self.connected.set()
-                    if failures:
-                        log.info("firehose reconnected (cursor %s)", cursor)
-                    failures = 0
-                    if self.reconnects:
-                        self._reconnected()
                     async for item in stream:
                         if isinstance(item, StreamMarker):
-                            await self._marker(item)
+                            if item.kind == "#open":  # only now: a refused connect must not reset the backoff
+                                self.connected.set()
+                                if failures:
+                                    log.info("firehose reconnected (cursor %s)", cursor)
+                                failures = 0
+                                if self.reconnects:
+                                    self._reconnected()
+                            else:
+                                await self._marker(item)
                             continue
                         self.events += 1
                         await self._slots.acquire()

@@ -165,9 +165,11 @@ async def test_markers_report_account_frames_of_filtered_repos(
         stream = subscribe_repos(dev_pds.pds_url, cursor=0, did_filter={pds_account.did}, markers=True)
         async with aclosing(stream) as items:
             async for item in items:
-                assert isinstance(item, StreamMarker) and item.did == pds_account.did
+                assert isinstance(item, StreamMarker)
+                assert (item.kind == "#open") == (not kinds)  # #open first, and only first
+                assert item.kind == "#open" or item.did == pds_account.did
                 kinds.append(item.kind)
-                if "#sync" in kinds or len(kinds) >= 3:
+                if "#sync" in kinds or len(kinds) >= 4:
                     return
 
     await asyncio.wait_for(run(), 20)
