@@ -181,8 +181,15 @@ class JetstreamSource:
         return n
 
     async def run(self) -> None:
-        """Until cancelled: connect, consume, reconnect with bounded exponential backoff."""
-        failures = 0
+        """Until cancelled: connect, consume, reconnect with bounded exponential backoff.
+
+        A record the handler cannot take yet (its PDS is down, say) does not end the
+        watch: the cursor has not passed it, so the source drops the connection, waits
+        and reconnects from the cursor, which delivers it again (records handled since
+        are dropped as seen). The wait grows while the same record keeps failing.
+        """
+        failures = 0  # consecutive connection failures
+        stuck = 0  # consecutive handler failures: the record the cursor waits on
         while True:
             url = self.current_url()
             try:
@@ -192,19 +199,24 @@ class JetstreamSource:
                 ) as ws:
                     self.connected.set()
                     self.connects += 1
-                    if failures:
+                    if failures or stuck:
                         log.info("Jetstream reconnected (cursor %s)", self.cursor)
                     failures = 0
                     async for message in ws:
-                        await self.handle_message(message)
+                        if await self.handle_message(message):
+                            stuck = 0
             except (OSError, TimeoutError, websockets.InvalidHandshake, websockets.InvalidURI,
                     websockets.ConnectionClosed) as e:
                 log.warning("Jetstream connection lost or refused (%s)", type(e).__name__)
+                failures += 1
+            except Exception as e:  # noqa: BLE001 - the handler failed: retry that record, never end the watch
+                stuck += 1
+                log.warning("Jetstream: a record could not be handled (%s); it is delivered again "
+                            "after reconnecting from the cursor", type(e).__name__)
             finally:
                 self.connected.clear()
                 self._save_cursor(force=True)
-            failures += 1
-            delay = backoff_delay(failures, base=self.backoff_base, cap=self.backoff_cap)
+            delay = backoff_delay(max(failures, stuck, 1), base=self.backoff_base, cap=self.backoff_cap)
             log.info("Jetstream: reconnecting in %.1f s", delay)
             await asyncio.sleep(delay)
 

@@ -124,6 +124,40 @@ async def test_handler_failure_does_not_advance_past_the_event(store: StateStore
         assert calls == ["3mk0000000002"] * 2 and store.get_cursor(src.key) == T0
 
 
+async def test_a_record_the_handler_cannot_take_yet_is_retried_by_reconnecting_and_the_watch_goes_on(
+    store: StateStore,
+) -> None:
+    from gelbridge.errors import PdsUnavailable
+
+    got: list[str] = []
+    failed = 0
+
+    async def handler(rec: IncomingRecord) -> None:
+        nonlocal failed
+        if rec.rkey == "3mk0000000012" and failed < 3:  # its PDS is down for three tries
+            failed += 1
+            raise PdsUnavailable("the PDS is down")
+        got.append(rec.rkey)
+
+    async with JetstreamServer() as srv:
+        for i in range(3):
+            srv.publish(ev(i))
+        store.set_cursor(jetstream_cursor_key(srv.url), T0 - 1)
+        src = JetstreamSource(srv.url, [ME], store, handler, rewind_seconds=5, backoff_base=0.01, backoff_cap=0.05)
+        task = asyncio.create_task(src.run())
+        try:
+            await wait_for(lambda: len(got) == 3)
+            srv.publish(ev(3))  # and it keeps watching
+            await wait_for(lambda: len(got) == 4)
+            assert not task.done()
+        finally:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+    assert failed == 3 and src.connects == 4  # one connection per failure, then the one that got through
+    assert got == [f"3mk{i:09d}2" for i in range(4)]  # each once, in order: replays were dropped as seen
+    assert src.duplicates == 3 and store.get_cursor(src.key) == T0 + 3_000_000
+
+
 async def test_reconnects_with_bounded_backoff_when_refused(store: StateStore) -> None:
     async def handler(rec: IncomingRecord) -> None: ...
 
