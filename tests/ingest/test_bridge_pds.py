@@ -209,6 +209,13 @@ async def _connected(bridge: Bridge) -> None:
     await bridge.jetstream.connected.wait()
 
 
+async def _firehoses_open(bridge: Bridge) -> None:
+    while not bridge.sources:
+        await asyncio.sleep(0.05)
+    for src in bridge.sources.values():
+        await src.connected.wait()
+
+
 async def test_bridge_serve_follows_one_firehose_per_pds_host_for_two_accounts(dev_pds: DevPds, tmp_path: Path) -> None:
     acct_a, acct_b = new_account(dev_pds), new_account(dev_pds)
     kr_a, kr_b = Keyring(), Keyring()
@@ -225,7 +232,7 @@ async def test_bridge_serve_follows_one_firehose_per_pds_host_for_two_accounts(d
                 stop = asyncio.Event()
                 serving = asyncio.create_task(bridge.serve(stop))
                 try:
-                    await asyncio.sleep(1.0)  # the subscription opens (no cursor: live)
+                    await asyncio.wait_for(_firehoses_open(bridge), 30)  # no cursor: live from its open
                     ka = await app_a.send("A over the firehose", conversation=new_tid())
                     kb = await app_b.send("B over the firehose", conversation=new_tid())
                     _r, ca = await app_a.wait_status(f"{ka}.r0", "complete", timeout=60)

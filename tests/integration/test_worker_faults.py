@@ -116,7 +116,16 @@ async def test_pds_outage_during_a_turn_leaves_claim_that_is_finished_after_reco
             k = await app.send("answer through an outage", conversation=new_tid())
             await app.wait_status(f"{k}.r0", "streaming", timeout=30, interval=0.05)
             await proxy.outage()
-            await asyncio.sleep(8)  # longer than the PDS client's write retries
+            # The stream ends during the outage and the final write fails after its retries:
+            # wait for the turn to give up (how long the retries take depends on the machine),
+            # so the reply can only be finished by recovery after the PDS is back.
+            for _ in range(600):  # bounded: 60 s
+                if any(e.kind == "write_failed" and e.record_key == f"{k}.r0"
+                       for e in worker.store.recent_errors()):
+                    break
+                await asyncio.sleep(0.1)
+            else:
+                pytest.fail("the turn never gave up its final write during the outage")
             assert [c.reply_rkey for c in worker.store.unfinished_claims(app.did)] == [f"{k}.r0"]
             await proxy.restore()
             _, content = await app.wait_status(f"{k}.r0", "complete", timeout=60)
