@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
+from collections.abc import Mapping
 from typing import Any, AsyncIterator, Final, Literal, overload
 from urllib.parse import urlencode, urlsplit, urlunsplit
 
@@ -63,12 +64,78 @@ class StreamMarker:
     message: str | None = None
 
 
-def _cid_str(value: Any) -> str | None:
+def _cid_of(value: Any) -> CID | None:
+    """A CID object from raw CID bytes (libipld), a CID, or its string form."""
     if value is None:
         return None
+    if isinstance(value, CID):
+        return value
     if isinstance(value, (bytes, bytearray)):
-        return str(CID.from_decoded_bytes(bytes(value)))
-    return str(value)
+        return CID.from_decoded_bytes(bytes(value))
+    if isinstance(value, str):
+        return CID.decode(value)
+    return None
+
+
+def _get(obj: Any, key: str) -> Any:
+    """``obj[key]`` of a dict, ``obj.key`` of an SDK model."""
+    if isinstance(obj, Mapping):
+        return obj.get(key)
+    return getattr(obj, key, None)
+
+
+_ACTIONS: Final = frozenset({"create", "update", "delete"})
+
+
+def commit_events(
+    body: Any, did_filter: set[str] | frozenset[str] | None, prefix: str = DEFAULT_PREFIX
+) -> list[RepoEvent]:
+    """The record operations of one ``#commit`` body that pass the filter: the CBOR-decoded
+    dict of a frame, or the SDK's ``MessageFrame.body`` / ``Commit`` model.
+
+    The repo, the op paths and the seq are checked before the ``blocks`` CAR is decoded
+    (only when some op of ours is not a delete). A malformed CID counts as missing.
+    Raises :class:`FirehoseError` for undecodable blocks.
+    """
+    repo = _get(body, "repo")
+    if not isinstance(repo, str) or (did_filter is not None and repo not in did_filter):
+        return []
+    ops = []
+    for op in _get(body, "ops") or ():
+        path = _get(op, "path")
+        if isinstance(path, str) and path.startswith(prefix):
+            ops.append(op)
+    seq = _get(body, "seq")
+    if not ops or not isinstance(seq, int):
+        return []
+    blocks: Mapping[CID, Any] = {}
+    raw_blocks = _get(body, "blocks")
+    if raw_blocks and any(_get(op, "action") != "delete" for op in ops):
+        if isinstance(raw_blocks, str):  # the SDK model types blocks as str | bytes
+            raw_blocks = raw_blocks.encode("latin-1")
+        try:
+            blocks = CAR.from_bytes(raw_blocks).blocks
+        except Exception as e:  # libipld raises plain ValueError on a bad CAR
+            raise FirehoseError(f"commit seq {seq} of {repo} has undecodable blocks: {e}") from None
+    events: list[RepoEvent] = []
+    for op in ops:
+        action = _get(op, "action")
+        if action not in _ACTIONS:
+            continue
+        collection, _, rkey = _get(op, "path").partition("/")
+        if not rkey:
+            continue
+        try:
+            cid = _cid_of(_get(op, "cid"))
+            cid_text = str(cid) if cid is not None else None  # libipld decodes lazily: may raise here
+        except Exception:  # noqa: BLE001 - a malformed CID: treat like a missing one
+            cid = cid_text = None
+        record = None
+        if action != "delete" and cid is not None:
+            block = blocks.get(cid)
+            record = block if isinstance(block, dict) else None
+        events.append(RepoEvent(seq, repo, collection, rkey, action, cid_text, record))
+    return events
 
 
 def decode_frame_full(
@@ -103,50 +170,7 @@ def decode_frame_full(
             return seq, [], StreamMarker(seq, kind, did)
         return seq, [], None
 
-    repo = body.get("repo")
-    if not isinstance(repo, str) or (did_filter is not None and repo not in did_filter):
-        return seq, [], None
-    ops = [
-        op
-        for op in body.get("ops") or []
-        if isinstance(op, dict) and isinstance(op.get("path"), str) and op["path"].startswith(prefix)
-    ]
-    if not ops or seq is None:
-        return seq, [], None
-
-    blocks: dict[CID, Any] = {}
-    raw_blocks = body.get("blocks")
-    if raw_blocks and any(op.get("action") != "delete" for op in ops):
-        try:
-            blocks = CAR.from_bytes(raw_blocks).blocks
-        except Exception as e:  # libipld raises plain ValueError on a bad CAR
-            raise FirehoseError(f"commit seq {seq} of {repo} has undecodable blocks: {e}") from None
-
-    events: list[RepoEvent] = []
-    for op in ops:
-        action = op.get("action")
-        if action not in ("create", "update", "delete"):
-            continue
-        collection, _, rkey = op["path"].partition("/")
-        if not rkey:
-            continue
-        cid_raw = op.get("cid")
-        record = None
-        if action != "delete" and isinstance(cid_raw, (bytes, bytearray)):
-            block = blocks.get(CID.from_decoded_bytes(bytes(cid_raw)))
-            record = block if isinstance(block, dict) else None
-        events.append(
-            RepoEvent(
-                seq=seq,
-                did=repo,
-                collection=collection,
-                rkey=rkey,
-                action=action,
-                cid=_cid_str(cid_raw),
-                record=record,
-            )
-        )
-    return seq, events, None
+    return seq, commit_events(body, did_filter, prefix), None
 
 
 def decode_frame(

@@ -33,11 +33,9 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal
 
-from atproto_core.car import CAR
-from atproto_core.cid import CID
 
 from gelbridge.errors import FirehoseError, RecordError
-from gelbridge.firehose import DEFAULT_PREFIX, RepoEvent, decode_frame_full
+from gelbridge.firehose import DEFAULT_PREFIX, RepoEvent, commit_events, decode_frame_full
 
 Action = Literal["create", "update", "delete"]
 _ACTIONS: Final = frozenset({"create", "update", "delete"})
@@ -119,68 +117,11 @@ def from_firehose_frame(frame: bytes | bytearray | memoryview, flt: RecordFilter
     return [IncomingRecord.from_repo_event(ev) for ev in events]
 
 
-def _cid_of(value: Any) -> CID | None:
-    """A CID object from raw CID bytes (libipld), a CID, or its string form."""
-    if value is None:
-        return None
-    if isinstance(value, CID):
-        return value
-    if isinstance(value, (bytes, bytearray)):
-        return CID.from_decoded_bytes(bytes(value))
-    if isinstance(value, str):
-        return CID.decode(value)
-    return None
-
-
-def _get(obj: Any, key: str, attr: str | None = None) -> Any:
-    if isinstance(obj, Mapping):
-        return obj.get(key)
-    return getattr(obj, attr or key, None)
-
-
 def from_commit_body(body: Any, flt: RecordFilter) -> list[IncomingRecord]:
     """Records of one firehose ``#commit`` body: the ``MessageFrame.body`` dict of the SDK
-    callback, or its ``ComAtprotoSyncSubscribeRepos.Commit`` model. Same rules and order
-    of checks as :func:`gelbridge.firehose.decode_frame_full`."""
-    repo = _get(body, "repo")
-    if not isinstance(repo, str) or (flt.dids is not None and repo not in flt.dids):
-        return []
-    ops = []
-    for op in _get(body, "ops") or ():
-        path = _get(op, "path")
-        if isinstance(path, str) and path.startswith(flt.prefix):
-            ops.append(op)
-    seq = _get(body, "seq")
-    if not ops or not isinstance(seq, int):
-        return []
-    blocks: Mapping[CID, Any] = {}
-    raw_blocks = _get(body, "blocks")
-    if raw_blocks and any(_get(op, "action") != "delete" for op in ops):
-        if isinstance(raw_blocks, str):  # the SDK model types blocks as str | bytes
-            raw_blocks = raw_blocks.encode("latin-1")
-        try:
-            blocks = CAR.from_bytes(raw_blocks).blocks
-        except Exception as e:  # libipld raises plain ValueError on a bad CAR
-            raise FirehoseError(f"commit seq {seq} of {repo} has undecodable blocks: {e}") from None
-    out: list[IncomingRecord] = []
-    for op in ops:
-        action = _get(op, "action")
-        if action not in _ACTIONS:
-            continue
-        collection, _, rkey = _get(op, "path").partition("/")
-        if not rkey:
-            continue
-        try:
-            cid = _cid_of(_get(op, "cid"))
-        except Exception:  # noqa: BLE001 - a malformed CID: treat like a missing one
-            cid = None
-        record = None
-        if action != "delete" and cid is not None:
-            block = blocks.get(cid)
-            record = block if isinstance(block, dict) else None
-        out.append(IncomingRecord(repo, collection, rkey, str(cid) if cid is not None else None,
-                                  record, seq, action))
-    return out
+    callback, or its ``ComAtprotoSyncSubscribeRepos.Commit`` model (the worker's own
+    decoder, :func:`gelbridge.firehose.commit_events`)."""
+    return [IncomingRecord.from_repo_event(ev) for ev in commit_events(body, flt.dids, flt.prefix)]
 
 
 def from_firehose(message: Any, flt: RecordFilter) -> list[IncomingRecord]:

@@ -57,3 +57,18 @@ def test_error_frames_and_garbage_raise_firehose_error() -> None:
     for bad in (b"", b"garbage", b"\xa1", libipld.encode_dag_cbor({"op": 1, "t": "#commit"}) + libipld.encode_dag_cbor(5)):
         with pytest.raises(FirehoseError):
             decode_frame(bad, None)
+
+
+def test_a_malformed_op_cid_counts_as_missing_in_frames_and_sdk_bodies_alike() -> None:
+    from types import SimpleNamespace
+
+    from gelbridge.ingest import RecordFilter, from_commit_body
+
+    body = {"seq": 9, "repo": ME, "ops": [{"action": "delete", "path": f"{MSG}/k", "cid": b"\x01junk"}],
+            "blocks": b""}
+    seq, events = decode_frame(frame("#commit", body), {ME})
+    assert seq == 9 and [(e.rkey, e.cid) for e in events] == [("k", None)]
+    model = SimpleNamespace(seq=9, repo=ME, blocks=b"", ops=[SimpleNamespace(action="delete", path=f"{MSG}/k",
+                                                                           cid="not-a-cid")])
+    assert [(r.rkey, r.cid, r.source_cursor) for r in from_commit_body(model, RecordFilter.for_dids([ME]))] == [
+        ("k", None, 9)]
