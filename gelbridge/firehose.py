@@ -79,6 +79,8 @@ def _cid_of(value: Any) -> CID | None:
 
 def _get(obj: Any, key: str) -> Any:
     """``obj[key]`` of a dict, ``obj.key`` of an SDK model."""
+    if type(obj) is dict:  # frames: the common case, without the ABC check (hot path)
+        return obj.get(key)
     if isinstance(obj, Mapping):
         return obj.get(key)
     return getattr(obj, key, None)
