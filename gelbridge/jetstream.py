@@ -33,11 +33,14 @@ from urllib.parse import urlencode, urlsplit, urlunsplit
 import websockets
 
 from gelbridge.backoff import backoff_delay
-from gelbridge.errors import GelbridgeError, RecordError
+from gelbridge.errors import GelbridgeError, PdsError, RecordError, StateError
 from gelbridge.firehose import DEFAULT_PREFIX
 from gelbridge.ingest import IncomingRecord, RecordFilter, from_jetstream_event
 
 log = logging.getLogger("gelbridge.jetstream")
+
+#: Handler failures that may pass: the record is delivered again after a reconnect.
+TRANSIENT: tuple[type[BaseException], ...] = (PdsError, StateError, OSError)
 
 Handler = Callable[[IncomingRecord], Awaitable[Any]]
 
@@ -127,6 +130,7 @@ class JetstreamSource:
         self.connects = 0
         self.handled = 0
         self.duplicates = 0
+        self.skipped = 0
 
     def current_url(self) -> str:
         """The URL of the next connection (cursor rewound)."""
@@ -153,7 +157,11 @@ class JetstreamSource:
     async def handle_message(self, message: str | bytes) -> int:
         """Filter one websocket message, handle its record (deduplicated), advance the cursor.
 
-        Returns how many records were handed to the handler (0 or 1).
+        Returns how many records were handled (0 or 1). A handler failure that may pass
+        (:data:`TRANSIENT`: the PDS or the state store unreachable) is raised and the
+        cursor stays before the record, so it is delivered again; any other failure (a
+        record the handler can never take) is logged and the record skipped, as the
+        firehose does: one bad record never stops the stream.
         """
         try:
             records = from_jetstream_event(message, self.filter)
@@ -165,11 +173,18 @@ class JetstreamSource:
             if rec.cid is not None and self.store.was_seen(rec.did, rec.rkey, rec.cid):
                 self.duplicates += 1
             else:
-                await self.handler(rec)  # returns when the effects are durable
-                if rec.cid is not None:
-                    self.store.mark_seen(rec.did, rec.rkey, rec.cid)
-                n += 1
-                self.handled += 1
+                try:
+                    await self.handler(rec)  # returns when the effects are durable
+                except TRANSIENT:
+                    raise
+                except Exception as e:  # noqa: BLE001 - never retried: it would hold the cursor for good
+                    self.skipped += 1
+                    log.error("record %s/%s failed (%s); skipped", rec.collection, rec.rkey, type(e).__name__)
+                else:
+                    if rec.cid is not None:
+                        self.store.mark_seen(rec.did, rec.rkey, rec.cid)
+                    n += 1
+                    self.handled += 1
             if rec.source_cursor is not None and (self.cursor is None or rec.source_cursor > self.cursor):
                 self.cursor = rec.source_cursor
             self._save_cursor(force=True)
@@ -209,7 +224,7 @@ class JetstreamSource:
                     websockets.ConnectionClosed) as e:
                 log.warning("Jetstream connection lost or refused (%s)", type(e).__name__)
                 failures += 1
-            except Exception as e:  # noqa: BLE001 - the handler failed: retry that record, never end the watch
+            except TRANSIENT as e:  # the handler could not take a record yet: retry it, never end the watch
                 stuck += 1
                 log.warning("Jetstream: a record could not be handled (%s); it is delivered again "
                             "after reconnecting from the cursor", type(e).__name__)

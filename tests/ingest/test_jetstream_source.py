@@ -4,6 +4,7 @@ cursor, rewind on reconnect with de-duplication, reconnect backoff."""
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from pathlib import Path
 
@@ -105,23 +106,50 @@ async def test_a_new_source_resumes_from_the_saved_cursor_and_skips_seen_events(
     assert got == [f"3mk{i:09d}2" for i in range(4)]
 
 
-async def test_handler_failure_does_not_advance_past_the_event(store: StateStore) -> None:
+async def test_a_transient_handler_failure_does_not_advance_past_the_event(store: StateStore) -> None:
+    from gelbridge.errors import PdsUnavailable
+
     calls: list[str] = []
 
     async def handler(rec: IncomingRecord) -> None:
         calls.append(rec.rkey)
         if len(calls) == 1:
-            raise RuntimeError("PDS down")
+            raise PdsUnavailable("PDS down")
 
     async with JetstreamServer() as srv:
         srv.publish(ev(0))
         store.set_cursor(jetstream_cursor_key(srv.url), T0 - 1)
         src = JetstreamSource(srv.url, [ME], store, handler, rewind_seconds=0, backoff_base=0.01, backoff_cap=0.05)
-        with pytest.raises(RuntimeError):
-            await src.handle_message(__import__("json").dumps(ev(0)))
+        with pytest.raises(PdsUnavailable):
+            await src.handle_message(json.dumps(ev(0)))
         assert store.get_cursor(src.key) == T0 - 1 and not store.was_seen(ME, "3mk0000000002", "bafycid0")
-        await src.handle_message(__import__("json").dumps(ev(0)))
+        await src.handle_message(json.dumps(ev(0)))
         assert calls == ["3mk0000000002"] * 2 and store.get_cursor(src.key) == T0
+
+
+async def test_a_record_the_handler_can_never_take_is_skipped_and_does_not_hold_the_stream(
+    store: StateStore,
+) -> None:
+    got: list[str] = []
+
+    async def handler(rec: IncomingRecord) -> None:
+        if rec.rkey == "3mk0000000012":
+            raise ValueError("a bug, or a record nothing can handle")
+        got.append(rec.rkey)
+
+    async with JetstreamServer() as srv:
+        for i in range(3):
+            srv.publish(ev(i))
+        store.set_cursor(jetstream_cursor_key(srv.url), T0 - 1)
+        src = JetstreamSource(srv.url, [ME], store, handler, backoff_base=0.01, backoff_cap=0.05)
+        task = asyncio.create_task(src.run())
+        try:
+            await wait_for(lambda: len(got) == 2)
+        finally:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+    assert got == ["3mk0000000002", "3mk0000000022"] and src.skipped == 1 and src.connects == 1
+    assert store.get_cursor(src.key) == T0 + 2_000_000
 
 
 async def test_a_record_the_handler_cannot_take_yet_is_retried_by_reconnecting_and_the_watch_goes_on(
