@@ -207,3 +207,10 @@ class StateError(GelbridgeError):
     """The state database cannot be opened, is from a newer gelbridge, or is corrupt."""
 
     kind = "server_error"
+
+
+def is_transient(error: BaseException) -> bool:
+    """A failure that may pass by itself (the PDS or the state store unreachable, a
+    socket error): an event source retries the record instead of skipping it. A
+    ``ClaimConflict`` is an answer, not an outage."""
+    return isinstance(error, (PdsError, StateError, OSError)) and not isinstance(error, ClaimConflict)

@@ -33,14 +33,11 @@ from urllib.parse import urlencode, urlsplit, urlunsplit
 import websockets
 
 from gelbridge.backoff import backoff_delay
-from gelbridge.errors import GelbridgeError, PdsError, RecordError, StateError
+from gelbridge.errors import GelbridgeError, RecordError, is_transient
 from gelbridge.firehose import DEFAULT_PREFIX
 from gelbridge.ingest import IncomingRecord, RecordFilter, from_jetstream_event
 
 log = logging.getLogger("gelbridge.jetstream")
-
-#: Handler failures that may pass: the record is delivered again after a reconnect.
-TRANSIENT: tuple[type[BaseException], ...] = (PdsError, StateError, OSError)
 
 Handler = Callable[[IncomingRecord], Awaitable[Any]]
 
@@ -158,10 +155,10 @@ class JetstreamSource:
         """Filter one websocket message, handle its record (deduplicated), advance the cursor.
 
         Returns how many records were handled (0 or 1). A handler failure that may pass
-        (:data:`TRANSIENT`: the PDS or the state store unreachable) is raised and the
-        cursor stays before the record, so it is delivered again; any other failure (a
-        record the handler can never take) is logged and the record skipped, as the
-        firehose does: one bad record never stops the stream.
+        (:func:`~gelbridge.errors.is_transient`: the PDS or the state store unreachable)
+        is raised and the cursor stays before the record, so it is delivered again; any
+        other failure (a record the handler can never take) is logged and the record
+        skipped, as the firehose does: one bad record never stops the stream.
         """
         try:
             records = from_jetstream_event(message, self.filter)
@@ -175,10 +172,10 @@ class JetstreamSource:
             else:
                 try:
                     await self.handler(rec)  # returns when the effects are durable
-                except TRANSIENT:
-                    raise
-                except Exception as e:  # noqa: BLE001 - never retried: it would hold the cursor for good
-                    self.skipped += 1
+                except Exception as e:
+                    if is_transient(e):
+                        raise
+                    self.skipped += 1  # never retried: it would hold the cursor for good
                     log.error("record %s/%s failed (%s); skipped", rec.collection, rec.rkey, type(e).__name__)
                 else:
                     if rec.cid is not None:
@@ -224,8 +221,10 @@ class JetstreamSource:
                     websockets.ConnectionClosed) as e:
                 log.warning("Jetstream connection lost or refused (%s)", type(e).__name__)
                 failures += 1
-            except TRANSIENT as e:  # the handler could not take a record yet: retry it, never end the watch
-                stuck += 1
+            except Exception as e:
+                if not is_transient(e):  # handle_message skips what is not transient: a bug here
+                    raise
+                stuck += 1  # the handler could not take a record yet: retry it, never end the watch
                 log.warning("Jetstream: a record could not be handled (%s); it is delivered again "
                             "after reconnecting from the cursor", type(e).__name__)
             finally:

@@ -17,6 +17,11 @@ while down). ``FutureCursor`` (the PDS was reset) drops the cursor and, like
 ``OutdatedCursor`` (events were lost) and ``#sync`` (a repo was reset), calls ``on_gap``
 (a backfill of the accounts concerned).
 
+**A handler failure** that may pass (:func:`~gelbridge.errors.is_transient`: the PDS or
+the state store unreachable) is retried: in place with backoff on the firehose (the
+cursor waits for it; stopping cancels the retry and a restart replays the event), at
+the next poll by the poll source. Any other failure is logged and the record skipped.
+
 **Poll** (``[watch] source = "poll"``): every ``poll_interval`` seconds list all message
 records and handle those whose ``(rkey, cid)`` was not handled before (state store
 ``seen_events``). Meant for small repos or PDSes without a reachable firehose.
@@ -25,13 +30,14 @@ records and handle those whose ``(rkey, cid)`` was not handled before (state sto
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
 from collections.abc import Awaitable, Callable, Iterable
 from contextlib import aclosing
 from typing import Any
 
 from gelbridge.backoff import backoff_delay
-from gelbridge.errors import FirehoseError, GelbridgeError, PdsError
+from gelbridge.errors import FirehoseError, GelbridgeError, PdsError, is_transient
 from gelbridge.firehose import RepoEvent, StreamMarker, subscribe_repos
 from gelbridge.records.constants import MESSAGE_COLLECTION
 
@@ -121,24 +127,50 @@ class FirehoseSource:
         self.connected = asyncio.Event()
         self.reconnects = 0
         self.events = 0
+        self.retries = 0
 
     @property
     def cursor(self) -> int | None:
         return self.tracker.safe
 
     async def _handle(self, ev: RepoEvent) -> None:
+        """Handle one event; the cursor passes it only once that is done.
+
+        A transient failure (:func:`~gelbridge.errors.is_transient`: the PDS is down for
+        the claim, say) is retried in place with backoff, holding the cursor, until it
+        goes through or the source is stopped (then a restart replays it). Any other
+        failure is logged and the event skipped: one bad event never stops the stream.
+        """
+        finished = False
         try:
-            await self.handler(ev)
-        except Exception as e:  # noqa: BLE001 - one bad event never stops the stream
-            log.error("event %s/%s seq %d failed (%s)", ev.collection, ev.rkey, ev.seq, type(e).__name__)
+            for attempt in itertools.count(1):  # ends by success, skip, or cancellation (stop)
+                try:
+                    await self.handler(ev)
+                except Exception as e:  # noqa: BLE001
+                    if not is_transient(e):
+                        log.error("event %s/%s seq %d failed (%s); skipped",
+                                  ev.collection, ev.rkey, ev.seq, type(e).__name__)
+                        break
+                    delay = backoff_delay(attempt, base=self.backoff_base, cap=self.backoff_cap)
+                    log.warning("event %s/%s seq %d could not be handled yet (%s); retry in %.1f s",
+                                ev.collection, ev.rkey, ev.seq, type(e).__name__, delay)
+                    self.retries += 1
+                    await asyncio.sleep(delay)
+                else:
+                    break
+            finished = True
         finally:
             self._slots.release()
-            moved = self.tracker.done(ev.seq)
-            if moved is not None:
-                try:
-                    self.store.set_cursor(self.key, moved)
-                except GelbridgeError as e:
-                    log.error("cannot save the firehose cursor (%s)", type(e).__name__)
+            if finished:  # cancelled (stop) while retrying: the cursor stays before it
+                self._moved(self.tracker.done(ev.seq))
+
+    def _moved(self, moved: int | None) -> None:
+        """Save the cursor if the low-water mark moved."""
+        if moved is not None:
+            try:
+                self.store.set_cursor(self.key, moved)
+            except GelbridgeError as e:
+                log.error("cannot save the firehose cursor (%s)", type(e).__name__)
 
     async def run(self) -> None:
         failures = 0
@@ -209,9 +241,15 @@ class FirehoseSource:
                 log.error("reconnect hook failed (%s)", type(e).__name__)
 
     async def drain(self, timeout: float) -> None:
-        """Wait (bounded) for events being handled."""
+        """Wait (bounded) for events being handled; cancel those still retrying after
+        ``timeout`` (their events stay before the saved cursor: a restart replays them)."""
         if self._tasks:
             await asyncio.wait(set(self._tasks), timeout=timeout)
+        left = list(self._tasks)
+        for t in left:
+            t.cancel()
+        if left:
+            await asyncio.wait(left, timeout=timeout)
 
 
 class PollSource:
@@ -235,10 +273,14 @@ class PollSource:
             try:
                 await self.handler(ev)
             except Exception as e:  # noqa: BLE001
-                log.error("record %s failed (%s)", r.rkey, type(e).__name__)
-                continue
+                if is_transient(e):  # not marked seen: the next poll tries it again
+                    log.warning("record %s could not be handled yet (%s); retried at the next poll",
+                                r.rkey, type(e).__name__)
+                    continue
+                log.error("record %s failed (%s); skipped", r.rkey, type(e).__name__)
+            else:
+                n += 1
             self.store.mark_seen(self.did, r.rkey, r.cid)
-            n += 1
         self.polls += 1
         return n
 

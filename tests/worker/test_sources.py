@@ -1,0 +1,221 @@
+"""The worker's event sources on loopback, no PDS: FirehoseSource's connection life cycle
+(``connected``, the reconnect hook and the backoff follow the websocket actually opening)
+and what a source does with a record its handler fails on (transient: retried, the
+cursor held; anything else: skipped)."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+from pathlib import Path
+from typing import Any
+
+import libipld
+import pytest
+import websockets
+
+from gelbridge.errors import PdsUnavailable
+from gelbridge.firehose import RepoEvent
+from gelbridge.records.constants import MESSAGE_COLLECTION
+from gelbridge.state import StateStore
+from gelbridge.worker import sources
+from gelbridge.worker.sources import FirehoseSource, PollSource
+
+DID = "did:plc:aaaa"
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Any:
+    with StateStore.open_dir(tmp_path) as s:
+        yield s
+
+
+def refused_url() -> str:
+    """A loopback port with nothing listening (bound, then closed)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    return f"http://127.0.0.1:{port}"
+
+
+async def handler(ev: Any) -> None: ...
+
+
+def record_backoff(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The ``failures`` count of every backoff the source asks for (each wait 1 ms)."""
+    seen: list[int] = []
+
+    def fake(failures: int, **_: Any) -> float:
+        seen.append(failures)
+        return 0.001
+
+    monkeypatch.setattr(sources, "backoff_delay", fake)
+    return seen
+
+
+async def run_until(src: FirehoseSource, done: Any, limit: float = 10.0) -> None:
+    task = asyncio.create_task(src.run())
+    try:
+        for _ in range(int(limit / 0.01)):  # bounded
+            if done():
+                return
+            await asyncio.sleep(0.01)
+        pytest.fail("the source did not get there in time")
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+
+
+async def test_refused_connections_grow_the_backoff_and_never_count_as_connected(
+    store: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    seen = record_backoff(monkeypatch)
+    hooks: list[None] = []
+    src = FirehoseSource(refused_url(), DID, store, handler, on_reconnect=lambda: hooks.append(None))
+    await run_until(src, lambda: len(seen) >= 5)
+    assert seen[:5] == [1, 2, 3, 4, 5]  # consecutive failures, not "1" after each attempt
+    assert not src.connected.is_set()
+    assert hooks == []  # nothing to sweep for: it never got back
+
+
+async def test_an_open_socket_sets_connected_resets_the_backoff_and_calls_the_hook_on_reconnect(
+    store: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    seen = record_backoff(monkeypatch)
+    hooks: list[bool] = []
+    opened = 0
+
+    async def close_at_once(ws: Any) -> None:
+        nonlocal opened
+        opened += 1
+        await ws.close()
+
+    async with websockets.serve(close_at_once, "127.0.0.1", 0) as server:
+        port = server.sockets[0].getsockname()[1]
+        src = FirehoseSource(f"http://127.0.0.1:{port}", DID, store, handler,
+                             on_reconnect=lambda: hooks.append(src.connected.is_set()))
+        await run_until(src, lambda: len(seen) >= 3)
+    assert opened >= 3
+    assert seen[:3] == [1, 1, 1]  # each open reset the count
+    assert hooks[:2] == [True, True]  # once per re-open (not for the first), after connected was set
+    assert len(hooks) in (opened - 1, opened - 2)  # none for the first open (the last may not have run it yet)
+
+
+def delete_frame(seq: int) -> bytes:
+    """A real #commit frame: one delete of ours (needs no blocks)."""
+    header = {"op": 1, "t": "#commit"}
+    body = {"seq": seq, "repo": DID, "rev": "r", "time": "t", "blocks": b"",
+            "ops": [{"action": "delete", "path": f"{MESSAGE_COLLECTION}/k{seq}", "cid": None}]}
+    return libipld.encode_dag_cbor(header) + libipld.encode_dag_cbor(body)
+
+
+async def serve_frames(frames: list[bytes]) -> Any:
+    async def send(ws: Any) -> None:
+        for f in frames:
+            await ws.send(f)
+        await asyncio.wait_for(ws.wait_closed(), 30)  # stay open until the source or the test closes it
+
+    return await websockets.serve(send, "127.0.0.1", 0)
+
+
+async def test_firehose_retries_a_transient_failure_in_place_and_holds_the_cursor_until_it_goes_through(
+    store: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    record_backoff(monkeypatch)
+    calls: list[int] = []
+    gate = asyncio.Event()
+
+    async def handler(ev: RepoEvent) -> None:
+        calls.append(ev.seq)
+        if ev.seq == 2 and not gate.is_set():
+            raise PdsUnavailable("the PDS is down for the claim")
+
+    server = await serve_frames([delete_frame(1), delete_frame(2), delete_frame(3)])
+    try:
+        port = server.sockets[0].getsockname()[1]
+        src = FirehoseSource(f"http://127.0.0.1:{port}", DID, store, handler)
+        task = asyncio.create_task(src.run())
+        try:
+            for _ in range(1000):  # bounded: 10 s
+                if calls.count(2) >= 3 and 3 in calls:
+                    break
+                await asyncio.sleep(0.01)
+            assert calls.count(2) >= 3 and src.retries >= 2  # retried, not skipped
+            assert store.get_cursor(src.key) == 1  # 3 is done, but 2 is not: the cursor waits
+            gate.set()
+            for _ in range(1000):
+                if store.get_cursor(src.key) == 3:
+                    break
+                await asyncio.sleep(0.01)
+            assert store.get_cursor(src.key) == 3
+        finally:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+    finally:
+        server.close()
+        await server.wait_closed()
+    assert calls.count(1) == 1 and calls.count(3) == 1
+
+
+async def test_firehose_skips_an_event_that_fails_for_good_and_stopping_keeps_a_retrying_one_replayable(
+    store: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    record_backoff(monkeypatch)
+    calls: list[int] = []
+
+    async def handler(ev: RepoEvent) -> None:
+        calls.append(ev.seq)
+        if ev.seq == 1:
+            raise ValueError("a record nothing can handle")
+        if ev.seq == 3:
+            raise PdsUnavailable("down")
+
+    server = await serve_frames([delete_frame(1), delete_frame(2), delete_frame(3)])
+    try:
+        port = server.sockets[0].getsockname()[1]
+        src = FirehoseSource(f"http://127.0.0.1:{port}", DID, store, handler)
+        task = asyncio.create_task(src.run())
+        try:
+            for _ in range(1000):  # bounded: 10 s
+                if calls.count(3) >= 2:
+                    break
+                await asyncio.sleep(0.01)
+        finally:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+            await src.drain(timeout=1.0)  # what stopping does: 3 is still retrying, so it is cancelled
+    finally:
+        server.close()
+        await server.wait_closed()
+    assert calls.count(1) == 1 and calls.count(2) == 1  # 1 was skipped, not retried
+    assert store.get_cursor(src.key) == 2 and not src._tasks  # 3 stays before the cursor: replayed on restart
+
+
+class ListingPds:
+    """What PollSource reads: ``iter_records`` of the message collection."""
+
+    def __init__(self, rkeys: list[str]) -> None:
+        self.rkeys = rkeys
+
+    async def iter_records(self, collection: str, page_size: int = 100) -> Any:
+        for k in self.rkeys:
+            yield type("Rec", (), {"rkey": k, "cid": f"cid-{k}", "value": {"k": k}})()
+
+
+async def test_poll_retries_a_transient_failure_at_the_next_poll_and_skips_one_that_fails_for_good(
+    store: Any,
+) -> None:
+    calls: list[str] = []
+
+    async def handler(ev: RepoEvent) -> None:
+        calls.append(ev.rkey)
+        if ev.rkey == "bad":
+            raise ValueError("a record nothing can handle")
+        if ev.rkey == "later" and calls.count("later") == 1:
+            raise PdsUnavailable("down")
+
+    src = PollSource(ListingPds(["ok", "bad", "later"]), DID, store, handler, interval=0.01)
+    assert await src.poll_once() == 1
+    assert await src.poll_once() == 1  # "later" went through; "bad" is not tried again
+    assert await src.poll_once() == 0
+    assert calls == ["ok", "bad", "later", "later"]
