@@ -13,8 +13,8 @@ connection surfaces as :class:`~gelbridge.errors.PdsUnavailable`.
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any, AsyncIterator, Final, Literal, overload
 from urllib.parse import urlencode, urlsplit, urlunsplit
 

@@ -33,7 +33,6 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal
 
-
 from gelbridge.errors import FirehoseError, RecordError
 from gelbridge.firehose import DEFAULT_PREFIX, RepoEvent, commit_events, decode_frame_full
 
