@@ -6,7 +6,9 @@ cursor held; anything else: skipped)."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import socket
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -109,13 +111,37 @@ def delete_frame(seq: int) -> bytes:
     return libipld.encode_dag_cbor(header) + libipld.encode_dag_cbor(body)
 
 
-async def serve_frames(frames: list[bytes]) -> Any:
+@contextlib.asynccontextmanager
+async def following(frames: list[bytes], store: Any, handler: Any) -> AsyncIterator[FirehoseSource]:
+    """A FirehoseSource running against a loopback websocket that sends ``frames`` and stays
+    open; on exit the source is stopped as the intake stops it (cancel, then drain)."""
+
     async def send(ws: Any) -> None:
         for f in frames:
             await ws.send(f)
         await asyncio.wait_for(ws.wait_closed(), 30)  # stay open until the source or the test closes it
 
-    return await websockets.serve(send, "127.0.0.1", 0)
+    server = await websockets.serve(send, "127.0.0.1", 0)
+    try:
+        port = server.sockets[0].getsockname()[1]
+        src = FirehoseSource(f"http://127.0.0.1:{port}", DID, store, handler)
+        task = asyncio.create_task(src.run())
+        try:
+            yield src
+        finally:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+            await src.drain(timeout=1.0)
+    finally:
+        server.close()
+        await server.wait_closed()
+
+
+async def eventually(cond: Any, limit: float = 10.0) -> None:
+    for _ in range(int(limit / 0.01)):  # bounded
+        if cond():
+            return
+        await asyncio.sleep(0.01)
 
 
 async def test_firehose_retries_a_transient_failure_in_place_and_holds_the_cursor_until_it_goes_through(
@@ -130,30 +156,13 @@ async def test_firehose_retries_a_transient_failure_in_place_and_holds_the_curso
         if ev.seq == 2 and not gate.is_set():
             raise PdsUnavailable("the PDS is down for the claim")
 
-    server = await serve_frames([delete_frame(1), delete_frame(2), delete_frame(3)])
-    try:
-        port = server.sockets[0].getsockname()[1]
-        src = FirehoseSource(f"http://127.0.0.1:{port}", DID, store, handler)
-        task = asyncio.create_task(src.run())
-        try:
-            for _ in range(1000):  # bounded: 10 s
-                if calls.count(2) >= 3 and 3 in calls:
-                    break
-                await asyncio.sleep(0.01)
-            assert calls.count(2) >= 3 and src.retries >= 2  # retried, not skipped
-            assert store.get_cursor(src.key) == 1  # 3 is done, but 2 is not: the cursor waits
-            gate.set()
-            for _ in range(1000):
-                if store.get_cursor(src.key) == 3:
-                    break
-                await asyncio.sleep(0.01)
-            assert store.get_cursor(src.key) == 3
-        finally:
-            task.cancel()
-            await asyncio.gather(task, return_exceptions=True)
-    finally:
-        server.close()
-        await server.wait_closed()
+    async with following([delete_frame(1), delete_frame(2), delete_frame(3)], store, handler) as src:
+        await eventually(lambda: calls.count(2) >= 3 and 3 in calls)
+        assert calls.count(2) >= 3 and src.retries >= 2  # retried, not skipped
+        assert store.get_cursor(src.key) == 1  # 3 is done, but 2 is not: the cursor waits
+        gate.set()
+        await eventually(lambda: store.get_cursor(src.key) == 3)
+        assert store.get_cursor(src.key) == 3
     assert calls.count(1) == 1 and calls.count(3) == 1
 
 
@@ -170,23 +179,9 @@ async def test_firehose_skips_an_event_that_fails_for_good_and_stopping_keeps_a_
         if ev.seq == 3:
             raise PdsUnavailable("down")
 
-    server = await serve_frames([delete_frame(1), delete_frame(2), delete_frame(3)])
-    try:
-        port = server.sockets[0].getsockname()[1]
-        src = FirehoseSource(f"http://127.0.0.1:{port}", DID, store, handler)
-        task = asyncio.create_task(src.run())
-        try:
-            for _ in range(1000):  # bounded: 10 s
-                if calls.count(3) >= 2:
-                    break
-                await asyncio.sleep(0.01)
-        finally:
-            task.cancel()
-            await asyncio.gather(task, return_exceptions=True)
-            await src.drain(timeout=1.0)  # what stopping does: 3 is still retrying, so it is cancelled
-    finally:
-        server.close()
-        await server.wait_closed()
+    async with following([delete_frame(1), delete_frame(2), delete_frame(3)], store, handler) as src:
+        await eventually(lambda: calls.count(3) >= 2)
+    # leaving stopped it as the intake does: 3 was still retrying, so it was cancelled
     assert calls.count(1) == 1 and calls.count(2) == 1  # 1 was skipped, not retried
     assert store.get_cursor(src.key) == 2 and not src._tasks  # 3 stays before the cursor: replayed on restart
 
