@@ -4,8 +4,10 @@ cursor, rewind on reconnect with de-duplication, reconnect backoff."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import time
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
@@ -23,6 +25,17 @@ T0 = 1_764_500_000_000_000
 
 def ev(i: int, did: str = ME, collection: str = MSG, op: str = "create") -> dict:
     return jetstream_event(did, T0 + i * 1_000_000, op, collection, f"3mk{i:09d}2", message_record(), f"bafycid{i}")
+
+
+@contextlib.asynccontextmanager
+async def running(src: JetstreamSource) -> AsyncIterator[asyncio.Task[None]]:
+    """``src.run()`` as a task for the ``async with`` block, then cancelled."""
+    task = asyncio.create_task(src.run())
+    try:
+        yield task
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
 
 
 async def wait_for(cond, timeout: float = 10.0) -> None:
@@ -62,12 +75,8 @@ async def test_records_in_order_cursor_saved_and_replays_after_reconnect_dedupli
         srv.publish(ev(7, collection="app.bsky.feed.post"))  # and this (wantedCollections)
         store.set_cursor(jetstream_cursor_key(srv.url), T0 - 1)  # resume from before event 0
         src = JetstreamSource(srv.url, [ME], store, handler, rewind_seconds=1.5, backoff_base=0.01, backoff_cap=0.05)
-        task = asyncio.create_task(src.run())
-        try:
+        async with running(src):
             await wait_for(lambda: len(got) >= 6 and src.connects >= 3)
-        finally:
-            task.cancel()
-            await asyncio.gather(task, return_exceptions=True)
     assert [r.rkey for r in got] == [f"3mk{i:09d}2" for i in range(6)]  # each once, in order
     assert src.duplicates > 0  # the rewind replayed events that were already handled
     assert all(r.did == ME and r.collection == MSG for r in got)
@@ -90,17 +99,13 @@ async def test_a_new_source_resumes_from_the_saved_cursor_and_skips_seen_events(
         store.set_cursor(jetstream_cursor_key(srv.url), T0 - 1)
         for round_ in range(2):
             src = JetstreamSource(srv.url, [ME], store, handler, rewind_seconds=60)
-            task = asyncio.create_task(src.run())
-            try:
+            async with running(src):
                 if round_ == 0:
                     await wait_for(lambda: len(got) == 3)
                 else:
                     srv.publish(ev(3))
                     await wait_for(lambda: len(got) == 4)
                     await asyncio.sleep(0.2)
-            finally:
-                task.cancel()
-                await asyncio.gather(task, return_exceptions=True)
         # the second source rewound 60 s, so the server replayed 0..2: all dropped as seen
         assert src.duplicates == 3
     assert got == [f"3mk{i:09d}2" for i in range(4)]
@@ -142,12 +147,8 @@ async def test_a_record_the_handler_can_never_take_is_skipped_and_does_not_hold_
             srv.publish(ev(i))
         store.set_cursor(jetstream_cursor_key(srv.url), T0 - 1)
         src = JetstreamSource(srv.url, [ME], store, handler, backoff_base=0.01, backoff_cap=0.05)
-        task = asyncio.create_task(src.run())
-        try:
+        async with running(src):
             await wait_for(lambda: len(got) == 2)
-        finally:
-            task.cancel()
-            await asyncio.gather(task, return_exceptions=True)
     assert got == ["3mk0000000002", "3mk0000000022"] and src.skipped == 1 and src.connects == 1
     assert store.get_cursor(src.key) == T0 + 2_000_000
 
@@ -172,15 +173,11 @@ async def test_a_record_the_handler_cannot_take_yet_is_retried_by_reconnecting_a
             srv.publish(ev(i))
         store.set_cursor(jetstream_cursor_key(srv.url), T0 - 1)
         src = JetstreamSource(srv.url, [ME], store, handler, rewind_seconds=5, backoff_base=0.01, backoff_cap=0.05)
-        task = asyncio.create_task(src.run())
-        try:
+        async with running(src) as task:
             await wait_for(lambda: len(got) == 3)
             srv.publish(ev(3))  # and it keeps watching
             await wait_for(lambda: len(got) == 4)
             assert not task.done()
-        finally:
-            task.cancel()
-            await asyncio.gather(task, return_exceptions=True)
     assert failed == 3 and src.connects == 4  # one connection per failure, then the one that got through
     assert got == [f"3mk{i:09d}2" for i in range(4)]  # each once, in order: replays were dropped as seen
     assert src.duplicates == 3 and store.get_cursor(src.key) == T0 + 3_000_000
