@@ -10,8 +10,8 @@
 --           (AUTO/ANY/NONE, allowedFunctionNames); generationConfig (temperature, topP,
 --           topK, maxOutputTokens, stopSequences, seed, candidateCount, JSON output,
 --           thinkingConfig: thinkingLevel for gemini-3 models, thinkingBudget before).
--- Response: parts in order -> thinking / text / tool_use; calls without an id get a
---           stable "call_<responseId>_<n>"; finishReason mapped (STOP with calls ->
+-- Response: parts in order -> thinking / text / tool_use; calls without an id get
+--           "" (the host names them after the reply key); finishReason mapped (STOP with calls ->
 --           tool_calls); usage with completion = candidates + thoughts.
 -- Stream:   incremental chunks (text appended, never replaced); a signed part closes
 --           its block so the signature stays on that part.
@@ -33,8 +33,8 @@ local adapter = {
 local jdecode, jencode, jarray = json.decode, json.encode, json.array
 local error_kind, lux_error, lux_response, pdata =
   luxkit.error_kind, luxkit.lux_error, luxkit.lux_response, luxkit.pdata
-local args_string, args_object, safe_id, text_of =
-  luxkit.args_string, luxkit.args_object, luxkit.safe_id, luxkit.text_of
+local args_string, args_object, text_of =
+  luxkit.args_string, luxkit.args_object, luxkit.text_of
 local media_of, emit, decode_response, decode_chunk =
   luxkit.media_of, luxkit.emit, luxkit.decode_response, luxkit.decode_chunk
 local function_tools =
@@ -246,9 +246,11 @@ local function body_error(e)
   return lux_error(error_kind(e.status, e.code), e.message, e.status or e.code)
 end
 
-local function call_id(fc, resp_id, n)
+-- Gemini's own id, or "" when it gives none: the host then names the call after the
+-- reply it is written in (never after a response id, which may be missing or repeat)
+local function call_id(fc)
   if type(fc.id) == "string" and fc.id ~= "" then return fc.id end
-  return "call_" .. safe_id(resp_id) .. "_" .. n
+  return ""
 end
 
 local function finish_of(fr, had_calls)
@@ -277,7 +279,7 @@ function adapter.transform_response(raw)
     local blk
     if p.functionCall then
       local fc = p.functionCall
-      blk = { type = "tool_use", tool_use = { id = call_id(fc, body.responseId, calls), name = fc.name,
+      blk = { type = "tool_use", tool_use = { id = call_id(fc), name = fc.name,
         arguments = args_string(fc.args) } }
       calls = calls + 1
     elseif type(p.text) == "string" then
@@ -336,9 +338,8 @@ function adapter.transform_stream_chunk(data, state)
       if p.functionCall then
         close_open(events, state)
         local fc = p.functionCall
-        local n = state.calls or 0
-        state.calls = n + 1
-        local idx = new_block(events, state, { type = "tool_call", id = call_id(fc, state.id, n), name = fc.name })
+        state.calls = (state.calls or 0) + 1
+        local idx = new_block(events, state, { type = "tool_call", id = call_id(fc), name = fc.name })
         events[#events + 1] = { event = "block_delta", index = idx,
           delta = { type = "tool_arguments", arguments = args_string(fc.args) } }
         if sig then signature_delta(events, idx, sig) end

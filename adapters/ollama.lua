@@ -7,8 +7,8 @@
 --           tool -> only that tool offered (Ollama has no tool_choice); think
 --           (reasoning on/off, or extras.think for levels); format (json / schema);
 --           options {temperature, top_p, top_k, num_predict, stop, seed}.
--- Response: thinking, content, tool_calls (ids "call_<created_at>_<n>" when Ollama
---           sends none; arguments object -> JSON string); done_reason mapped (stop
+-- Response: thinking, content, tool_calls (id "" when Ollama sends none: the
+--           host names the call after the reply key; arguments object -> JSON string); done_reason mapped (stop
 --           with calls -> tool_calls); usage from prompt_eval_count / eval_count.
 -- Stream:   one JSON object per line; tool calls arrive whole; done: true ends it;
 --           {"error": ...} lines become error events.
@@ -144,9 +144,11 @@ local function usage_of(b)
   return { prompt_tokens = p, completion_tokens = c, total_tokens = p + c }
 end
 
-local function call_id(tc, stamp, n)
+-- Ollama's own id, or "" when it gives none (most models): the host then names the
+-- call after the reply it is written in
+local function call_id(tc)
   if type(tc.id) == "string" and tc.id ~= "" then return tc.id end
-  return "call_" .. string.gsub(tostring(stamp or ""), "%D", "") .. "_" .. n
+  return ""
 end
 
 local function finish_of(reason, had_calls)
@@ -174,7 +176,7 @@ function adapter.transform_response(raw)
   for i = 1, #calls do
     local fn = calls[i]["function"] or {}
     content[#content + 1] = { type = "tool_use", tool_use = {
-      id = call_id(calls[i], body.created_at, i - 1), name = fn.name or "", arguments = args_string(fn.arguments) } }
+      id = call_id(calls[i]), name = fn.name or "", arguments = args_string(fn.arguments) } }
   end
   local id = "ollama_" .. safe_id(body.created_at)
   return lux_response(id, body.model, content, finish_of(body.done_reason, #calls > 0), usage_of(body))
@@ -219,7 +221,7 @@ function adapter.transform_stream_chunk(data, state)
         local idx = state.next or 0
         state.next = idx + 1
         events[#events + 1] = { event = "block_start", index = idx, block_type = { type = "tool_call",
-          id = call_id(calls[i], state.stamp, n), name = fn.name or "" } }
+          id = call_id(calls[i]), name = fn.name or "" } }
         events[#events + 1] = { event = "block_delta", index = idx,
           delta = { type = "tool_arguments", arguments = args_string(fn.arguments) } }
         events[#events + 1] = { event = "block_end", index = idx }

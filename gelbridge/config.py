@@ -94,7 +94,12 @@ class AdaptersConfig(_Section):
 
 
 class RepliesConfig(_Section):
+    """``[replies]``: how replies are written."""
+
     update_interval: float = 2.0
+    #: answer messages the app sent as ``plainContent`` (with a plain reply); false: such a
+    #: message gets an error reply, before any model call
+    allow_plain: bool = True
 
 
 class ThreadConfig(_Section):

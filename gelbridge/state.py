@@ -7,6 +7,13 @@ bytes. Tool results are user content, so the journal stores them *sealed*: the c
 encrypts the result (e.g. with the conversation key) and passes the opaque bytes plus
 the ``keyId``; this module only stores and returns those bytes.
 
+Isolation: a claim is identified by ``(account, reply key)`` and a journaled tool call
+by ``(account, conversation, call id)`` (:class:`CallRef`): call ids are unique only
+within one conversation (providers that give none, or repeat them, make the same id in
+many conversations), so the same id in another conversation or account is another call.
+Call ids are chosen by the provider and live in sealed parts, so the journal stores only
+a digest of them (``call_key``), never the id itself.
+
 Durability: WAL mode with ``synchronous=FULL``, so every committed transaction is on
 disk when the call returns. The worker saves a cursor only after the event's effects
 (claim, journal entry, reply write) are committed, so a crash replays at most a few
@@ -27,13 +34,14 @@ lets readers run beside the writer and ``busy_timeout`` absorbs short write lock
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import sqlite3
 import stat
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -75,6 +83,26 @@ class Claim:
     error_kind: str | None
     created_at: float
     updated_at: float
+    calls: frozenset[str] = frozenset()  # digests of the tool calls this worker wrote into the reply
+    waiting_at: float | None = None  # this worker's clock when it asked for approval (add_calls)
+
+
+@dataclass(frozen=True)
+class CallRef:
+    """Which tool call: the account, the conversation (rkey) and the call id in it."""
+
+    account: str
+    conversation: str
+    call_id: str
+
+    @property
+    def key(self) -> str:
+        """The journal's key for the call id (a digest: the id itself is sealed content)."""
+        return call_key(self.call_id)
+
+
+def call_key(call_id: str) -> str:
+    return hashlib.sha256(b"gelbridge-call-id\n" + call_id.encode("utf-8", "surrogatepass")).hexdigest()
 
 
 @dataclass(frozen=True)
@@ -90,8 +118,9 @@ class JournalEntry:
     entry with that sealed result so later readers agree).
     """
 
-    call_id: str
     account: str
+    conversation: str
+    call_key: str
     reply_rkey: str
     tool: str
     input_digest: str
@@ -143,7 +172,72 @@ class TurnTiming:
 
 # --- schema ------------------------------------------------------------------------------
 
-_MIGRATIONS: list[str] = [
+_CLAIMS_V3 = """
+    CREATE TABLE claims_v3 (
+        account TEXT NOT NULL,
+        reply_rkey TEXT NOT NULL,
+        message_rkey TEXT NOT NULL,
+        attempt INTEGER NOT NULL,
+        conversation TEXT NOT NULL,
+        status TEXT NOT NULL,
+        error_kind TEXT,
+        created_at REAL NOT NULL,
+        updated_at REAL NOT NULL,
+        calls TEXT,
+        waiting_at REAL,
+        PRIMARY KEY (account, reply_rkey)
+    )"""
+_TOOL_CALLS_V3 = """
+    CREATE TABLE tool_calls_v3 (
+        account TEXT NOT NULL,
+        conversation TEXT NOT NULL,
+        call_key TEXT NOT NULL,
+        reply_rkey TEXT NOT NULL,
+        tool TEXT NOT NULL,
+        input_digest TEXT NOT NULL,
+        state TEXT NOT NULL CHECK (state IN ('started', 'finished')),
+        sealed_result BLOB,
+        key_id TEXT,
+        is_error INTEGER,
+        started_at REAL NOT NULL,
+        finished_at REAL,
+        PRIMARY KEY (account, conversation, call_key)
+    )"""
+
+
+def _v3_isolation(db: sqlite3.Connection) -> None:
+    """Claims keyed by (account, reply key), with the tool calls this worker wrote into
+    the reply (digests) and when it asked for approval; the
+    journal keyed by (account, conversation, digest of the call id). A journal row's
+    conversation is its claim's; a row without a claim keeps an empty conversation
+    (no later call matches it: its id is never trusted across conversations again)."""
+    db.execute(_CLAIMS_V3)
+    db.execute(
+        "INSERT INTO claims_v3 (account, reply_rkey, message_rkey, attempt, conversation, status, error_kind, "
+        "created_at, updated_at) SELECT account, reply_rkey, message_rkey, attempt, conversation, status, "
+        "error_kind, created_at, updated_at FROM claims"
+    )
+    db.execute(_TOOL_CALLS_V3)
+    rows = db.execute(
+        "SELECT t.call_id, t.account, COALESCE(c.conversation, ''), t.reply_rkey, t.tool, t.input_digest, "
+        "t.state, t.sealed_result, t.key_id, t.is_error, t.started_at, t.finished_at FROM tool_calls t "
+        "LEFT JOIN claims c ON c.reply_rkey = t.reply_rkey AND c.account = t.account"
+    ).fetchall()
+    db.executemany(
+        "INSERT OR IGNORE INTO tool_calls_v3 (account, conversation, call_key, reply_rkey, tool, input_digest, "
+        "state, sealed_result, key_id, is_error, started_at, finished_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        [(r[1], r[2], call_key(r[0]), *r[3:]) for r in rows],
+    )
+    for statement in (
+        "DROP TABLE claims", "ALTER TABLE claims_v3 RENAME TO claims",
+        "CREATE INDEX claims_unfinished ON claims (account, status)",
+        "DROP TABLE tool_calls", "ALTER TABLE tool_calls_v3 RENAME TO tool_calls",
+        "CREATE INDEX tool_calls_state ON tool_calls (account, state)",
+    ):
+        db.execute(statement)
+
+
+_MIGRATIONS: list[str | Callable[[sqlite3.Connection], None]] = [
     # v1
     """
     CREATE TABLE cursors (
@@ -215,6 +309,8 @@ _MIGRATIONS: list[str] = [
     """
     ALTER TABLE turns ADD COLUMN read_ms REAL
     """,
+    # v3: isolation (see the module docstring); a Python step, it hashes the call ids
+    _v3_isolation,
 ]
 
 SCHEMA_VERSION = len(_MIGRATIONS)
@@ -317,9 +413,13 @@ class StateStore:
                     f"v{SCHEMA_VERSION}: upgrade gelbridge or use another [state] dir"
                 )
             for i in range(version, SCHEMA_VERSION):
-                for statement in _MIGRATIONS[i].split(";"):
-                    if statement.strip():
-                        db.execute(statement)
+                step = _MIGRATIONS[i]
+                if callable(step):
+                    step(db)
+                else:
+                    for statement in step.split(";"):
+                        if statement.strip():
+                            db.execute(statement)
                 db.execute(f"PRAGMA user_version = {i + 1}")
 
     @property
@@ -372,8 +472,14 @@ class StateStore:
     # --- claims ------------------------------------------------------------------------
 
     _CLAIM_COLS = (
-        "reply_rkey, account, message_rkey, attempt, conversation, status, error_kind, created_at, updated_at"
+        "reply_rkey, account, message_rkey, attempt, conversation, status, error_kind, created_at, updated_at, "
+        "calls, waiting_at"
     )
+
+    @staticmethod
+    def _claim(row: tuple[Any, ...]) -> Claim:
+        *head, calls, waiting_at = row
+        return Claim(*head, frozenset(json.loads(calls)) if calls else frozenset(), waiting_at)
 
     def record_claim(
         self,
@@ -384,37 +490,65 @@ class StateStore:
         conversation: str,
         status: ClaimStatus = "pending",
     ) -> Claim:
-        """Remember that this worker claimed ``reply_rkey``. Idempotent: a second call for
-        the same key returns the existing claim unchanged."""
+        """Remember that this worker claimed ``reply_rkey`` of ``account``. Idempotent: a
+        second call for the same key returns the existing claim unchanged.
+        ``created_at`` is when this worker first saw the request (its own clock)."""
         if status not in CLAIM_STATUSES:
             raise ValueError(f"unknown claim status {status!r}")
         now = self._clock()
         with self._tx() as db:
             db.execute(
-                f"INSERT INTO claims ({self._CLAIM_COLS}) VALUES (?, ?, ?, ?, ?, ?, NULL, ?, ?) "
-                "ON CONFLICT (reply_rkey) DO NOTHING",
+                f"INSERT INTO claims ({self._CLAIM_COLS}) VALUES (?, ?, ?, ?, ?, ?, NULL, ?, ?, NULL, NULL) "
+                "ON CONFLICT (account, reply_rkey) DO NOTHING",
                 (reply_rkey, account, message_rkey, attempt, conversation, status, now, now),
             )
             row = db.execute(
-                f"SELECT {self._CLAIM_COLS} FROM claims WHERE reply_rkey = ?", (reply_rkey,)
+                f"SELECT {self._CLAIM_COLS} FROM claims WHERE account = ? AND reply_rkey = ?", (account, reply_rkey)
             ).fetchone()
-        return Claim(*row)
+        return self._claim(row)
 
-    def update_claim_status(self, reply_rkey: str, status: ClaimStatus, error_kind: str | None = None) -> None:
+    def update_claim_status(
+        self, account: str, reply_rkey: str, status: ClaimStatus, error_kind: str | None = None
+    ) -> None:
         if status not in CLAIM_STATUSES:
             raise ValueError(f"unknown claim status {status!r}")
         _check_label(error_kind, "error_kind")
         with self._tx() as db:
             cur = db.execute(
-                "UPDATE claims SET status = ?, error_kind = ?, updated_at = ? WHERE reply_rkey = ?",
-                (status, error_kind, self._clock(), reply_rkey),
+                "UPDATE claims SET status = ?, error_kind = ?, updated_at = ? WHERE account = ? AND reply_rkey = ?",
+                (status, error_kind, self._clock(), account, reply_rkey),
             )
             if cur.rowcount == 0:
                 raise StateError(f"no claim for reply {reply_rkey}; call record_claim first")
 
-    def get_claim(self, reply_rkey: str) -> Claim | None:
-        rows = self._read(f"SELECT {self._CLAIM_COLS} FROM claims WHERE reply_rkey = ?", (reply_rkey,))
-        return Claim(*rows[0]) if rows else None
+    def add_calls(self, account: str, reply_rkey: str, digests: Iterable[str], *, waiting: bool = False) -> Claim:
+        """Remember, before the write that puts them into the reply, the tool calls this
+        worker writes there (opaque digests, ``tools.approval.call_digest``); with
+        ``waiting``, also when it asks the user to approve them (this worker's clock).
+        Only calls remembered here ever run on approval, or when a reply is resumed."""
+        with self._tx() as db:
+            row = db.execute(
+                "SELECT calls FROM claims WHERE account = ? AND reply_rkey = ?", (account, reply_rkey)
+            ).fetchone()
+            if row is None:
+                raise StateError(f"no claim for reply {reply_rkey}; call record_claim first")
+            known = set(json.loads(row[0])) if row[0] else set()
+            known.update(digests)
+            db.execute(
+                "UPDATE claims SET calls = ?, waiting_at = CASE WHEN ? THEN ? ELSE waiting_at END "
+                "WHERE account = ? AND reply_rkey = ?",
+                (json.dumps(sorted(known)), int(waiting), self._clock(), account, reply_rkey),
+            )
+            got = db.execute(
+                f"SELECT {self._CLAIM_COLS} FROM claims WHERE account = ? AND reply_rkey = ?", (account, reply_rkey)
+            ).fetchone()
+        return self._claim(got)
+
+    def get_claim(self, account: str, reply_rkey: str) -> Claim | None:
+        rows = self._read(
+            f"SELECT {self._CLAIM_COLS} FROM claims WHERE account = ? AND reply_rkey = ?", (account, reply_rkey)
+        )
+        return self._claim(rows[0]) if rows else None
 
     def unfinished_claims(self, account: str) -> list[Claim]:
         """Claims still ``pending``/``streaming``: after a crash these must be finished."""
@@ -423,25 +557,28 @@ class StateStore:
             "ORDER BY created_at, reply_rkey",
             (account,),
         )
-        return [Claim(*r) for r in rows]
+        return [self._claim(r) for r in rows]
 
-    def is_finished(self, reply_rkey: str) -> bool:
-        claim = self.get_claim(reply_rkey)
+    def is_finished(self, account: str, reply_rkey: str) -> bool:
+        claim = self.get_claim(account, reply_rkey)
         return claim is not None and claim.status in FINISHED_STATUSES
 
     # --- tool journal --------------------------------------------------------------------
 
     _JOURNAL_COLS = (
-        "call_id, account, reply_rkey, tool, input_digest, state, sealed_result, key_id, is_error, "
+        "account, conversation, call_key, reply_rkey, tool, input_digest, state, sealed_result, key_id, is_error, "
         "started_at, finished_at"
     )
+    _JOURNAL_WHERE = "account = ? AND conversation = ? AND call_key = ?"
 
     @staticmethod
     def _entry(row: tuple[Any, ...], *, new: bool = False) -> JournalEntry:
-        (call_id, account, reply_rkey, tool, digest, state, sealed, key_id, is_error, started, finished) = row
+        (account, conversation, key, reply_rkey, tool, digest, state, sealed, key_id, is_error, started,
+         finished) = row
         return JournalEntry(
-            call_id=call_id,
             account=account,
+            conversation=conversation,
+            call_key=key,
             reply_rkey=reply_rkey,
             tool=tool,
             input_digest=digest,
@@ -454,40 +591,42 @@ class StateStore:
             new=new,
         )
 
-    def begin_tool_call(
-        self, account: str, call_id: str, reply_rkey: str, tool: str, input_digest: str
-    ) -> JournalEntry:
+    @staticmethod
+    def _where(call: CallRef) -> tuple[str, str, str]:
+        return (call.account, call.conversation, call.key)
+
+    def begin_tool_call(self, call: CallRef, reply_rkey: str, tool: str, input_digest: str) -> JournalEntry:
         """Record "about to run" durably, before running the tool.
 
         Returns the entry with ``new=True`` if this call created it (run the tool), or
         the existing entry (``new=False``: reuse its sealed result, or report
-        ``interrupted`` if it never finished). Call ids must be unique per state file;
-        reusing one for another account, tool or input raises ``ToolJournalConflict``.
+        ``interrupted`` if it never finished). The same call id in another conversation
+        or account is another call; within one conversation, reusing an id for another
+        tool or input raises ``ToolJournalConflict``.
         """
         with self._tx() as db:
             row = db.execute(
-                f"SELECT {self._JOURNAL_COLS} FROM tool_calls WHERE call_id = ?", (call_id,)
+                f"SELECT {self._JOURNAL_COLS} FROM tool_calls WHERE {self._JOURNAL_WHERE}", self._where(call)
             ).fetchone()
             if row is not None:
                 entry = self._entry(row)
-                if (entry.account, entry.tool, entry.input_digest) != (account, tool, input_digest):
+                if (entry.tool, entry.input_digest) != (tool, input_digest):
                     raise ToolJournalConflict(
-                        f"tool call id {call_id} was already used for another "
-                        f"{'account' if entry.account != account else 'tool or input'}; not running it"
+                        "this tool call id was already used in this conversation for another tool or input; "
+                        "not running it"
                     )
                 return entry
-            now = self._clock()
             db.execute(
                 f"INSERT INTO tool_calls ({self._JOURNAL_COLS}) "
-                "VALUES (?, ?, ?, ?, ?, 'started', NULL, NULL, NULL, ?, NULL)",
-                (call_id, account, reply_rkey, tool, input_digest, now),
+                "VALUES (?, ?, ?, ?, ?, ?, 'started', NULL, NULL, NULL, ?, NULL)",
+                (*self._where(call), reply_rkey, tool, input_digest, self._clock()),
             )
             row = db.execute(
-                f"SELECT {self._JOURNAL_COLS} FROM tool_calls WHERE call_id = ?", (call_id,)
+                f"SELECT {self._JOURNAL_COLS} FROM tool_calls WHERE {self._JOURNAL_WHERE}", self._where(call)
             ).fetchone()
         return self._entry(row, new=True)
 
-    def finish_tool_call(self, call_id: str, sealed_result: bytes, key_id: str, is_error: bool) -> JournalEntry:
+    def finish_tool_call(self, call: CallRef, sealed_result: bytes, key_id: str, is_error: bool) -> JournalEntry:
         """Store the SEALED result (opaque bytes; never plaintext) of a begun call.
 
         Finishing an already finished call keeps the first result (at most once) and
@@ -497,23 +636,24 @@ class StateStore:
             raise TypeError("sealed_result must be bytes (seal the result before journaling it)")
         with self._tx() as db:
             row = db.execute(
-                f"SELECT {self._JOURNAL_COLS} FROM tool_calls WHERE call_id = ?", (call_id,)
+                f"SELECT {self._JOURNAL_COLS} FROM tool_calls WHERE {self._JOURNAL_WHERE}", self._where(call)
             ).fetchone()
             if row is None:
-                raise StateError(f"tool call {call_id} was never begun; call begin_tool_call first")
-            if row[5] == "started":
+                raise StateError("this tool call was never begun; call begin_tool_call first")
+            if row[6] == "started":
                 db.execute(
                     "UPDATE tool_calls SET state = 'finished', sealed_result = ?, key_id = ?, is_error = ?, "
-                    "finished_at = ? WHERE call_id = ?",
-                    (bytes(sealed_result), key_id, int(bool(is_error)), self._clock(), call_id),
+                    f"finished_at = ? WHERE {self._JOURNAL_WHERE}",
+                    (bytes(sealed_result), key_id, int(bool(is_error)), self._clock(), *self._where(call)),
                 )
                 row = db.execute(
-                    f"SELECT {self._JOURNAL_COLS} FROM tool_calls WHERE call_id = ?", (call_id,)
+                    f"SELECT {self._JOURNAL_COLS} FROM tool_calls WHERE {self._JOURNAL_WHERE}", self._where(call)
                 ).fetchone()
         return self._entry(row)
 
-    def get_tool_call(self, call_id: str) -> JournalEntry | None:
-        rows = self._read(f"SELECT {self._JOURNAL_COLS} FROM tool_calls WHERE call_id = ?", (call_id,))
+    def get_tool_call(self, call: CallRef) -> JournalEntry | None:
+        rows = self._read(f"SELECT {self._JOURNAL_COLS} FROM tool_calls WHERE {self._JOURNAL_WHERE}",
+                          self._where(call))
         return self._entry(rows[0]) if rows else None
 
     def unfinished_tool_calls(self, account: str) -> list[JournalEntry]:

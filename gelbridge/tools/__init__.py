@@ -12,6 +12,7 @@ from gelbridge.tools.approval import (
     Resolution,
     WaitingCall,
     denial_output,
+    call_digest,
     input_digest,
     resolve_approvals,
 )
@@ -36,6 +37,7 @@ __all__ = [
     "denial_output",
     "execute_calls",
     "execute_journaled",
+    "call_digest",
     "input_digest",
     "load_tool_registry",
     "mcp_tool_name",

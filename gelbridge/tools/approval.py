@@ -153,3 +153,10 @@ def input_digest(tool: str, input_json: str) -> str:
     """A stable digest of a call (tool + exact input text) for the tool journal, so a
     reused call id with an edited input is detected."""
     return hashlib.sha256(f"{tool}\n{input_json}".encode()).hexdigest()
+
+
+def call_digest(call_id: str, tool: str, input_json: str) -> str:
+    """Names one call (id, tool, exact input) without its content: what a claim
+    remembers of the calls gelbridge itself wrote into a reply (``StateStore.add_calls``)."""
+    idh = hashlib.sha256(call_id.encode("utf-8", "surrogatepass")).hexdigest()
+    return hashlib.sha256(f"{idh}\n{input_digest(tool, input_json)}".encode()).hexdigest()

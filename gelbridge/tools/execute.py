@@ -3,7 +3,8 @@
 Every failure becomes an error *result* for the model (``ToolOutcome.is_error``), never
 an exception: bad JSON, arguments that miss required keys, an unknown tool, a tool that
 needs approval but was not approved, a timeout, a crash. Log lines name the tool, the
-call id and the kind of failure - never the arguments or the output (user content).
+kind of failure - never the call id (the provider chose it), a tool name the model
+made up, the arguments or the output (all sealed content).
 """
 
 from __future__ import annotations
@@ -136,26 +137,26 @@ async def run_one(
 
     tool = registry.get(call.tool)
     if tool is None:
-        log.warning("tool call %s: unknown tool %s, not run", call.call_id, call.tool)
+        log.warning("tool call: the model asked for a tool that is not offered; not run")
         return done(ToolOutput(f"Unknown tool {call.tool!r}: it is not available here.", True))
     if tool.approval == "always" and not call.approved:
-        log.warning("tool call %s: %s needs approval and was not approved, not run", call.call_id, call.tool)
+        log.warning("tool call (%s): needs approval and was not approved, not run", call.tool)
         return done(ToolOutput(f"The tool {call.tool!r} needs the user's approval and was not run.", True))
     args, problem = parse_arguments(call.input, tool.parameters)
     if problem is not None:
-        log.info("tool call %s (%s): bad arguments", call.call_id, call.tool)
+        log.info("tool call (%s): bad arguments", call.tool)
         return done(ToolOutput(problem, True))
     assert args is not None
     try:
         out = await asyncio.wait_for(tool.executor(args), timeout=timeout)
     except asyncio.TimeoutError:
-        log.warning("tool call %s (%s): timed out after %.0f s", call.call_id, call.tool, timeout)
+        log.warning("tool call (%s): timed out after %.0f s", call.tool, timeout)
         return done(ToolOutput(f"The tool {call.tool!r} did not answer within {timeout:g} seconds.", True))
     except Exception as e:  # any executor failure becomes a result for the model
-        log.warning("tool call %s (%s): failed with %s", call.call_id, call.tool, type(e).__name__)
+        log.warning("tool call (%s): failed with %s", call.tool, type(e).__name__)
         return done(ToolOutput(f"The tool {call.tool!r} failed: {type(e).__name__}: {e}", True))
     if not isinstance(out, ToolOutput):
-        log.warning("tool call %s (%s): executor returned %s", call.call_id, call.tool, type(out).__name__)
+        log.warning("tool call (%s): executor returned %s", call.tool, type(out).__name__)
         return done(ToolOutput(f"The tool {call.tool!r} returned no usable result.", True))
     return done(out)
 

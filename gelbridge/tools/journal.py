@@ -23,6 +23,7 @@ from collections.abc import Callable
 from typing import Any
 
 from gelbridge.errors import ToolJournalConflict
+from gelbridge.state import CallRef, StateStore
 from gelbridge.tools.approval import input_digest
 from gelbridge.tools.execute import ToolCall, ToolOutcome, execute_calls
 from gelbridge.tools.registry import ToolRegistry
@@ -53,9 +54,10 @@ def decode_outcome(call_id: str, data: bytes) -> ToolOutcome:
 async def execute_journaled(
     calls: list[ToolCall],
     registry: ToolRegistry,
-    store: Any,  # gelbridge.state.StateStore
+    store: StateStore,
     *,
     account: str,
+    conversation: str,
     reply_rkey: str,
     seal: Seal,
     open_: Open,
@@ -63,7 +65,8 @@ async def execute_journaled(
     max_output_chars: int,
 ) -> list[ToolOutcome]:
     """Like ``execute_calls`` (one outcome per call, in order), but each call runs at
-    most once per state file."""
+    most once per state store. A call is ``(account, conversation, call id)``: the same
+    id in another conversation or account is another call, never its stored result."""
     results: dict[int, ToolOutcome] = {}
     to_run: list[tuple[int, ToolCall]] = []
     unjournaled: list[tuple[int, ToolCall]] = []
@@ -72,10 +75,11 @@ async def execute_journaled(
         if tool is None or (tool.approval == "always" and not call.approved):
             unjournaled.append((i, call))  # refused without running: nothing to journal
             continue
+        ref = CallRef(account, conversation, call.call_id)
         try:
-            entry = store.begin_tool_call(account, call.call_id, reply_rkey, call.tool, input_digest(call.tool, call.input))
+            entry = store.begin_tool_call(ref, reply_rkey, call.tool, input_digest(call.tool, call.input))
         except ToolJournalConflict as e:
-            log.warning("tool call %s: %s", call.call_id, e)
+            log.warning("reply %s: tool call %d: %s", reply_rkey, i, e)
             results[i] = ToolOutcome(call.call_id, f"{e}.", True)
             continue
         if entry.new:
@@ -83,10 +87,10 @@ async def execute_journaled(
         elif entry.finished and entry.sealed_result is not None and entry.key_id is not None:
             results[i] = decode_outcome(call.call_id, open_(entry.sealed_result, entry.key_id))
         else:
-            log.warning("tool call %s (%s): interrupted earlier, not run again", call.call_id, call.tool)
+            log.warning("reply %s: tool call %d (%s): interrupted earlier, not run again", reply_rkey, i, call.tool)
             outcome = ToolOutcome(call.call_id, INTERRUPTED_OUTPUT, True)
             sealed, key_id = seal(encode_outcome(outcome))
-            stored = store.finish_tool_call(call.call_id, sealed, key_id, True)
+            stored = store.finish_tool_call(ref, sealed, key_id, True)
             results[i] = decode_outcome(call.call_id, open_(stored.sealed_result, stored.key_id))
     ran = await execute_calls(
         [c for _, c in to_run] + [c for _, c in unjournaled],
@@ -96,7 +100,7 @@ async def execute_journaled(
     )
     for (i, _call), outcome in zip(to_run, ran[: len(to_run)]):
         sealed, key_id = seal(encode_outcome(outcome))
-        store.finish_tool_call(outcome.call_id, sealed, key_id, outcome.is_error)
+        store.finish_tool_call(CallRef(account, conversation, outcome.call_id), sealed, key_id, outcome.is_error)
         results[i] = outcome
     for (i, _call), outcome in zip(unjournaled, ran[len(to_run):]):
         results[i] = outcome

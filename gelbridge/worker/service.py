@@ -308,7 +308,7 @@ class Worker:
         self.store.record_error(e.kind, account=self.did, record_key=rkey, where="intake")
         self.stats["bad-record"] += 1
         ask = peek_ask(MESSAGE_COLLECTION, rkey, value)
-        if ask is None or self.store.get_claim(ask.reply_rkey) is not None:
+        if ask is None or self.store.get_claim(self.did, ask.reply_rkey) is not None:
             return "bad-record"
         ask = Ask(ask.message_rkey, ask.attempt, ask.reply_rkey, ask.conversation, None)
         self.store.record_claim(self.did, ask.message_rkey, ask.attempt, ask.reply_rkey, ask.conversation)
@@ -317,9 +317,9 @@ class Worker:
             await writer.claim()
             await writer.final([], status=STATUS_ERROR, error=ReplyError(kind="bad_record", message=error_message(
                 "bad_record", detail=f"message {rkey} does not follow the chat.gel.assistant.message lexicon")))
-            self.store.update_claim_status(ask.reply_rkey, "error", "bad_record")
+            self.store.update_claim_status(self.did, ask.reply_rkey, "error", "bad_record")
         except ClaimConflict:
-            self.store.update_claim_status(ask.reply_rkey, "cancelled", "claimed_elsewhere")
+            self.store.update_claim_status(self.did, ask.reply_rkey, "cancelled", "claimed_elsewhere")
         return "bad-record"
 
     def _writer(self, ask: Ask) -> ReplyWriter:
@@ -333,7 +333,7 @@ class Worker:
         rk = ask.reply_rkey
         if self.scheduler.is_active(rk):
             return "active"
-        prior: Claim | None = self.store.get_claim(rk)
+        prior: Claim | None = self.store.get_claim(self.did, rk)
         if prior is not None and prior.account != self.did:
             prior = None
         if prior is not None and prior.status in FINISHED_STATUSES:
@@ -358,15 +358,15 @@ class Worker:
         decision = decide_existing_reply(value, ours=ours, stale_after=self.settings.worker.stale_claim_after)
         if decision == "done":
             status = value.get("status")
-            if ours or self.store.get_claim(rk) is not None:
-                self.store.update_claim_status(rk, status if status in FINISHED_STATUSES else "complete")
+            if ours or self.store.get_claim(self.did, rk) is not None:
+                self.store.update_claim_status(self.did, rk, status if status in FINISHED_STATUSES else "complete")
             return "done"
         if decision == "foreign":
-            if not ours and self.store.get_claim(rk) is not None:  # our fresh claim row lost the race
-                self.store.update_claim_status(rk, "cancelled", "claimed_elsewhere")
+            if not ours and self.store.get_claim(self.did, rk) is not None:  # our fresh claim row lost the race
+                self.store.update_claim_status(self.did, rk, "cancelled", "claimed_elsewhere")
             log.info("reply %s belongs to another worker; not answering", rk)
             return "foreign"
-        if self.store.get_claim(rk) is None:
+        if self.store.get_claim(self.did, rk) is None:
             self.store.record_claim(self.did, ask.message_rkey, ask.attempt, rk, ask.conversation)
         if cid is None:
             fresh = await self.view.get(rk, fresh=True)
@@ -394,7 +394,7 @@ class Worker:
     async def _cancel_queued(self, job: TurnJob) -> None:
         """A claimed turn superseded before it ran: write ``cancelled``."""
         await job.writer.final([], status=STATUS_CANCELLED)
-        self.store.update_claim_status(job.ask.reply_rkey, "cancelled")
+        self.store.update_claim_status(self.did, job.ask.reply_rkey, "cancelled")
 
     # --- backfill and recovery (per account; gelbridge run and the Bridge alike) ----------
 
@@ -419,9 +419,9 @@ class Worker:
             peek = peek_ask(MESSAGE_COLLECTION, rkey, value)
             existing = listing.get(peek.reply_rkey) if peek is not None else None
             if existing is not None and existing[1].get("status") in FINAL_STATUSES:
-                claim = self.store.get_claim(peek.reply_rkey)  # type: ignore[union-attr]
+                claim = self.store.get_claim(self.did, peek.reply_rkey)  # type: ignore[union-attr]
                 if claim is not None and claim.status not in FINISHED_STATUSES:
-                    self.store.update_claim_status(claim.reply_rkey, existing[1]["status"])
+                    self.store.update_claim_status(self.did, claim.reply_rkey, existing[1]["status"])
                 continue
             rep.owed += 1
             try:
@@ -463,7 +463,7 @@ class Worker:
         # the message is gone or asks for another attempt now: close this reply
         reply = await self.view.get(claim.reply_rkey, fresh=True)
         if reply is None or reply[1].get("status") in FINAL_STATUSES:
-            self.store.update_claim_status(claim.reply_rkey, "cancelled")
+            self.store.update_claim_status(self.did, claim.reply_rkey, "cancelled")
             return
         stub = Ask(claim.message_rkey, claim.attempt, claim.reply_rkey, claim.conversation,
                    (reply[1].get("content") or {}).get("keyId"))
@@ -471,9 +471,9 @@ class Worker:
         writer.adopt(reply[0], reply[1])
         try:
             await writer.final([], status=STATUS_CANCELLED)
-            self.store.update_claim_status(claim.reply_rkey, "cancelled")
+            self.store.update_claim_status(self.did, claim.reply_rkey, "cancelled")
         except ClaimConflict:
-            self.store.update_claim_status(claim.reply_rkey, "cancelled", "claimed_elsewhere")
+            self.store.update_claim_status(self.did, claim.reply_rkey, "cancelled", "claimed_elsewhere")
 
     async def sweep_loop(self, interval: float = 30.0) -> None:
         """Until cancelled: :meth:`recover_claims` every ``interval`` s, and at once after

@@ -32,6 +32,7 @@ from gelbridge.mapping import (
     map_usage,
     repeated_call_parts,
     response_to_parts,
+    waiting_call_parts,
     waiting_calls,
     with_results,
 )
@@ -64,7 +65,9 @@ from gelbridge.records.models import (
 from gelbridge.sealing import content_of, open_blob, seal_blob
 from gelbridge.state import TurnTiming
 from gelbridge.thread import previous_reply_rkey
-from gelbridge.tools import ToolCall, execute_journaled, needs_approval, resolve_approvals
+from gelbridge.state import CallRef
+from gelbridge.tools import ToolCall, call_digest, execute_journaled, needs_approval, resolve_approvals
+from gelbridge.tools.approval import WaitingCall
 from gelbridge.tools.journal import INTERRUPTED_OUTPUT
 from gelbridge.worker.decide import Ask, error_message
 from gelbridge.worker.repo import RepoView, SideRecords, load_thread
@@ -75,6 +78,9 @@ from gelbridge.worker.writer import ReplyWriter
 log = logging.getLogger("gelbridge.worker.turn")
 
 MAX_PARTS = 1000
+
+NOT_MADE_HERE = ("The tool call was not run: it was not made by this gelbridge "
+                 "(the reply holding it was written or changed by someone else).")
 
 
 @dataclass
@@ -132,13 +138,8 @@ def _now() -> datetime:
     return datetime.now(UTC)
 
 
-def _dt(s: str | None) -> datetime | None:
-    if not s:
-        return None
-    try:
-        return datetime.fromisoformat(s.replace("Z", "+00:00"))
-    except ValueError:
-        return None
+def _ts(t: float | None) -> datetime | None:
+    return datetime.fromtimestamp(t, UTC) if t is not None else None
 
 
 # --- loading ------------------------------------------------------------------------------------
@@ -235,7 +236,8 @@ async def _run_tools(
         return open_blob(data, key_id=kid, keyring=deps.keyring)
 
     outcomes = await execute_journaled(
-        calls, deps.registry, deps.store, account=deps.did, reply_rkey=job.ask.reply_rkey,
+        calls, deps.registry, deps.store, account=deps.did, conversation=job.ask.conversation,
+        reply_rkey=job.ask.reply_rkey,
         seal=seal, open_=open_, timeout=ts.call_timeout, max_output_chars=ts.max_output_chars,
     )
     results: dict[str, ToolResultPart] = {}
@@ -264,7 +266,7 @@ async def _run_tools(
 
 def _stored_resume_point(deps: TurnDeps, job: TurnJob) -> ResumePoint | None:
     """The resume point of the unfinished reply this turn took over (None: start afresh)."""
-    if not job.resumed or job.resume_from is None or job.ask.key_id not in deps.keyring:
+    if not job.resumed or job.resume_from is None or not job.writer.can_write_parts:
         return None
     cid, value = job.resume_from
     uri = deps.view.uri(job.ask.reply_rkey)
@@ -287,23 +289,65 @@ def _cut_calls(parts: list[Part]) -> list[Part]:
     return parts
 
 
+def _digest(c: ToolCallPart | ToolCall | WaitingCall) -> str:
+    return call_digest(c.call_id, c.tool, c.input)
+
+
+def _made_here(deps: TurnDeps, job: TurnJob) -> frozenset[str]:
+    """Digests of the calls this worker wrote into the reply of ``job`` (its claim)."""
+    claim = deps.store.get_claim(deps.did, job.ask.reply_rkey)
+    return claim.calls if claim is not None else frozenset()
+
+
 async def _resume_calls(
     deps: TurnDeps, job: TurnJob, point: ResumePoint, journal_key: str | None
-) -> list[Part]:
-    """Answer the calls of a resumed reply that have no result yet (at most once)."""
+) -> tuple[list[Part], bool]:
+    """Answer the calls of a resumed reply that have no result yet (at most once).
+    Returns the parts and whether calls this worker asked about still wait for approval.
+
+    Only calls this worker wrote there (its claim) or began (its journal) are answered
+    through the journal; any other call in the stored reply was written by someone else
+    and never runs: after a takeover it is reported interrupted (its worker may have run
+    it), otherwise as not made by gelbridge."""
     results: dict[str, ToolResultPart] = {}
-    calls = [ToolCall(c.call_id, c.tool, c.input, approved=(c.approval == "approved")) for c in point.to_run]
-    if job.takeover:
-        # another worker wrote these calls: its journal is not ours, so a call we never
-        # began may have run there; report it interrupted rather than risk a second run
-        unknown = [c for c in calls if deps.store.get_tool_call(c.call_id) is None]
-        for c in unknown:
-            results[c.call_id] = ToolResultPart(call_id=c.call_id, output=INTERRUPTED_OUTPUT, is_error=True)
-        calls = [c for c in calls if c.call_id not in results]
+    made = _made_here(deps, job)
+
+    def ours(c: ToolCallPart) -> bool:
+        return _digest(c) in made or deps.store.get_tool_call(
+            CallRef(deps.did, job.ask.conversation, c.call_id)) is not None
+
+    foreign = [c for c in (*point.to_run, *point.pending) if not ours(c)]
+    if foreign:
+        log.warning("reply %s: %d tool call(s) in the stored reply were not written by this gelbridge; "
+                    "not running them", job.ask.reply_rkey, len(foreign))
+    for c in foreign:
+        output = INTERRUPTED_OUTPUT if job.takeover else NOT_MADE_HERE
+        results[c.call_id] = ToolResultPart(call_id=c.call_id, output=output, is_error=True)
+    calls = [ToolCall(c.call_id, c.tool, c.input, approved=(c.approval == "approved"))
+             for c in point.to_run if c.call_id not in results]
     results.update(await _run_tools(deps, job, calls, journal_key))
     for c in point.denied:
         results[c.call_id] = ToolResultPart(call_id=c.call_id, output=DENIED_NOT_RUN, is_error=True)
-    return with_results(point.parts, results)
+    still_waiting = any(c.call_id not in results for c in point.pending)
+    return with_results(point.parts, results), still_waiting
+
+
+def _waiting_asked_here(
+    deps: TurnDeps, parent_rkey: str, waiting: list[WaitingCall]
+) -> tuple[list[WaitingCall], float | None]:
+    """The waiting calls of the parent reply that this worker itself asked approval for,
+    and when it asked (its own clock). Any other call there (a reply written or changed
+    by an app, or by a gelbridge with other state) runs nothing: it is left out and
+    logged, and the answers naming it are ignored."""
+    if not waiting:
+        return [], None
+    claim = deps.store.get_claim(deps.did, parent_rkey)
+    asked = claim.calls if claim is not None and claim.waiting_at is not None else frozenset()
+    ours = [c for c in waiting if _digest(c) in asked]
+    if len(ours) < len(waiting):
+        log.warning("reply %s: %d waiting call(s) in %s were not asked by this gelbridge; ignoring them",
+                    parent_rkey, len(waiting) - len(ours), parent_rkey)
+    return ours, (claim.waiting_at if claim is not None else None)
 
 
 # --- the turn -------------------------------------------------------------------------------------
@@ -313,6 +357,11 @@ async def _answer(deps: TurnDeps, job: TurnJob, state: dict[str, Any], timer: _T
     """Everything after the claim up to (not including) the final write. Returns the status."""
     ask = job.ask
     settings = deps.settings
+    if ask.key_id is None and not settings.replies.allow_plain:
+        err = GelbridgeError("this gelbridge answers sealed messages only ([replies] allow_plain = false): "
+                             "the app must send the message as encryptedContent")
+        err.kind = "bad_record"
+        raise err
     thread, cids = await load_thread(deps.view, ask.message_rkey, deps.opened, max_depth=settings.thread.max_depth)
     message = thread.message.record
     conv_task = (
@@ -385,10 +434,10 @@ async def _answer(deps: TurnDeps, job: TurnJob, state: dict[str, Any], timer: _T
     if point is not None:
         log.info("reply %s: resuming after %d tool step(s) (%d call(s) without a result)",
                  ask.reply_rkey, point.steps, len(point.to_run) + len(point.denied))
-        parts = await _resume_calls(deps, job, point, journal_key)
+        parts, still_waiting = await _resume_calls(deps, job, point, journal_key)
         steps_done = point.steps
         state["parts"] = parts
-        if point.pending:
+        if still_waiting:
             return STATUS_AWAITING_APPROVAL
 
     # approval answers (§5): the reply starts with the waiting calls, decided and answered
@@ -397,17 +446,18 @@ async def _answer(deps: TurnDeps, job: TurnJob, state: dict[str, Any], timer: _T
     ignored = list(answers) if point is None else []  # unless a waiting call takes them
     if parent is not None and point is None:
         parent_parts = opened[-2].content.parts
-        waiting = waiting_calls(parent_parts)
+        waiting, asked_at = _waiting_asked_here(deps, parent.rkey, waiting_calls(parent_parts))
         if waiting:
-            ttl = settings.tools_settings.approval_ttl
+            first_seen = deps.store.get_claim(deps.did, ask.reply_rkey)
             outcome = resolve_approvals(
                 waiting, answers,
-                answered_at=_dt(message.created_at),
-                asked_at=_dt(parent.record.updated_at) or _dt(parent.record.created_at),
-                now=_now(), ttl=ttl,
+                answered_at=_ts(first_seen.created_at if first_seen is not None else None) or _now(),
+                asked_at=_ts(asked_at), now=_now(), ttl=settings.tools_settings.approval_ttl,
             )
             ignored = [i.answer for i in outcome.ignored if i.why == "not_waiting"]
             approved = [ToolCall(c.call_id, c.tool, c.input, approved=True) for c in outcome.approved]
+            if approved:  # this reply now holds them: a resumed turn may answer them
+                deps.store.add_calls(deps.did, ask.reply_rkey, [_digest(c) for c in approved])
             results = await _run_tools(deps, job, approved, journal_key)
             parts = repeated_call_parts(outcome, results, parent_parts=parent_parts)
     if ignored:  # count only: the call ids come from sealed content
@@ -466,7 +516,9 @@ async def _answer(deps: TurnDeps, job: TurnJob, state: dict[str, Any], timer: _T
             state["usage"] = _sum_usage(usage_total)
         runnable = [ToolCall(c.call_id, c.tool, c.input) for c in draft.runnable_calls]
         if runnable:
-            if ask.key_id in deps.keyring:  # durable before any call begins (worker.resume)
+            if job.writer.can_write_parts:  # durable before any call begins (worker.resume)
+                deps.store.add_calls(deps.did, ask.reply_rkey,
+                                     [_digest(p) for p in draft.parts if type(p) is ToolCallPart])
                 await job.writer.checkpoint(parts)
             results = await _run_tools(deps, job, runnable, journal_key)
             parts = with_results(parts, results)
@@ -539,7 +591,7 @@ async def run_turn(deps: TurnDeps, job: TurnJob) -> TurnReport:
     except ClaimConflict:
         stop_reads(reads_token)
         log.warning("reply %s was taken over by someone else; dropping this turn", job.ask.reply_rkey)
-        deps.store.update_claim_status(job.ask.reply_rkey, "cancelled", "claim_lost")
+        deps.store.update_claim_status(deps.did, job.ask.reply_rkey, "cancelled", "claim_lost")
         return TurnReport("lost", "claim_lost", _timing(deps, job, "lost", queue_ms, start, timer), state["steps"])
     except Exception as e:  # noqa: BLE001 - every failure after the claim becomes an error reply
         parts = current_parts()
@@ -552,8 +604,13 @@ async def run_turn(deps: TurnDeps, job: TurnJob) -> TurnReport:
     stop_reads(reads_token)
 
     try:
+        if not writer.can_write_parts:
+            parts = []
+        if status == STATUS_AWAITING_APPROVAL:  # before the write: only these may run on approval
+            deps.store.add_calls(deps.did, job.ask.reply_rkey,
+                                 [_digest(p) for p in waiting_call_parts(parts)], waiting=True)
         final = writer.final(
-            parts if (job.ask.key_id in deps.keyring) else [],
+            parts,
             status=status,
             model=state.get("model"),
             effort=state.get("effort"),
@@ -565,12 +622,12 @@ async def run_turn(deps: TurnDeps, job: TurnJob) -> TurnReport:
             await asyncio.wait_for(asyncio.shield(asyncio.ensure_future(final)), timeout=15)
         else:
             await final
-        deps.store.update_claim_status(job.ask.reply_rkey, status, error_kind)  # type: ignore[arg-type]
+        deps.store.update_claim_status(deps.did, job.ask.reply_rkey, status, error_kind)  # type: ignore[arg-type]
     except ClaimConflict:
         # Someone else changed the reply since our last write: it is theirs now. Mark the
         # claim lost so recovery does not keep retrying a reply that is no longer ours.
         log.warning("reply %s was taken over by someone else before the final write", job.ask.reply_rkey)
-        deps.store.update_claim_status(job.ask.reply_rkey, "cancelled", "claim_lost")
+        deps.store.update_claim_status(deps.did, job.ask.reply_rkey, "cancelled", "claim_lost")
         error_kind = "claim_lost"
         status = "lost"
     except Exception as e:  # noqa: BLE001 - the final write failed: leave the claim unfinished for recovery

@@ -17,8 +17,9 @@
 Every write after the claim swaps on the CID this writer last wrote, so a reply that
 someone else changed (another worker took it over, the app deleted it) is never
 overwritten: the write raises :class:`~gelbridge.errors.ClaimConflict` and the turn
-stops. Content is sealed with the user message's keyId; when that key is not in the
-keyring (an error reply for an undecryptable message) the content is an empty
+stops. Content is sealed with the user message's keyId; a message the app sent as
+``plainContent`` (no keyId, PROTOCOL.md §1) gets a plain reply; when the keyId is not in
+the keyring (an error reply for an undecryptable message) the content is an empty
 ``plainContent``, which carries nothing.
 """
 
@@ -136,9 +137,18 @@ class ReplyWriter:
 
     # --- content -------------------------------------------------------------------------
 
+    @property
+    def can_write_parts(self) -> bool:
+        """Whether parts can go into this reply: plain (the message was plain) or sealed
+        with a key in the keyring."""
+        return self.key_id is None or self.key_id in self.keyring
+
     def content(self, parts: Sequence[Part]) -> dict[str, Any]:
-        """Sealed content (or empty plain content when the key is unavailable)."""
-        if self.key_id is None or self.key_id not in self.keyring:
+        """Sealed content; plain for a plain message; empty plain content when the key
+        is unavailable."""
+        if self.key_id is None:
+            return PlainContent(parts=list(parts)).to_value()
+        if self.key_id not in self.keyring:
             if parts:
                 raise GelbridgeError(
                     f"reply {self.reply_rkey}: cannot seal content, key {self.key_id!r} is not in the keyring"

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from gelbridge.state import StateStore
+from gelbridge.state import CallRef, StateStore
 from gelbridge.tools import Tool, ToolCall, ToolOutput, ToolRegistry
 from gelbridge.tools.approval import input_digest
 from gelbridge.tools.journal import INTERRUPTED_OUTPUT, execute_journaled
@@ -36,12 +36,12 @@ async def test_a_call_runs_once_across_regenerations_and_results_are_sealed(tmp_
     reg = counting_registry(counter)
     call = ToolCall("call_1", "send", '{"n": 1}', approved=True)
     with StateStore(tmp_path / "s.db") as store:
-        kw = dict(account="did:a", seal=seal, open_=open_, timeout=5, max_output_chars=1000)
+        kw = dict(account="did:a", conversation="conv", seal=seal, open_=open_, timeout=5, max_output_chars=1000)
         (first,) = await execute_journaled([call], reg, store, reply_rkey="m.r0", **kw)
         (again,) = await execute_journaled([call], reg, store, reply_rkey="m.r1", **kw)
         assert counter["runs"] == 1
         assert first.output == again.output == "sent secret-payload-1" and not again.is_error
-        entry = store.get_tool_call("call_1")
+        entry = store.get_tool_call(CallRef("did:a", "conv", "call_1"))
         assert entry is not None and b"secret-payload" not in (entry.sealed_result or b"")
     for f in tmp_path.iterdir():
         assert b"secret-payload" not in f.read_bytes(), f
@@ -51,30 +51,60 @@ async def test_interrupted_call_is_not_rerun(tmp_path: Path) -> None:
     counter = {"runs": 0}
     reg = counting_registry(counter)
     with StateStore(tmp_path / "s.db") as store:
-        store.begin_tool_call("did:a", "call_2", "m.r0", "send", input_digest("send", '{"n": 2}'))  # then "crash"
+        store.begin_tool_call(CallRef("did:a", "conv", "call_2"), "m.r0", "send",
+                              input_digest("send", '{"n": 2}'))  # then "crash"
         calls = [ToolCall("call_2", "send", '{"n": 2}', approved=True), ToolCall("call_3", "send", '{"n": 3}', approved=True)]
         out = await execute_journaled(
-            calls, reg, store, account="did:a", reply_rkey="m.r1", seal=seal, open_=open_, timeout=5, max_output_chars=1000
+            calls, reg, store, account="did:a", conversation="conv", reply_rkey="m.r1", seal=seal, open_=open_,
+            timeout=5, max_output_chars=1000,
         )
         assert counter["runs"] == 1
         assert (out[0].output, out[0].is_error) == (INTERRUPTED_OUTPUT, True)
         assert out[1].output == "sent secret-payload-3"
-        assert store.get_tool_call("call_2").finished  # type: ignore[union-attr]
+        assert store.get_tool_call(CallRef("did:a", "conv", "call_2")).finished  # type: ignore[union-attr]
 
 
 async def test_unapproved_unknown_and_conflicting_calls_do_not_run(tmp_path: Path) -> None:
     counter = {"runs": 0}
     reg = counting_registry(counter)
     with StateStore(tmp_path / "s.db") as store:
-        store.begin_tool_call("did:a", "reused", "m.r0", "send", input_digest("send", '{"n": 9}'))
+        store.begin_tool_call(CallRef("did:a", "conv", "reused"), "m.r0", "send", input_digest("send", '{"n": 9}'))
         calls = [
             ToolCall("a", "send", '{"n": 1}'),
             ToolCall("b", "nope", "{}", approved=True),
             ToolCall("reused", "send", '{"n": 1}', approved=True),
         ]
         out = await execute_journaled(
-            calls, reg, store, account="did:a", reply_rkey="m.r1", seal=seal, open_=open_, timeout=5, max_output_chars=1000
+            calls, reg, store, account="did:a", conversation="conv", reply_rkey="m.r1", seal=seal, open_=open_,
+            timeout=5, max_output_chars=1000,
         )
         assert counter["runs"] == 0 and all(o.is_error for o in out)
         assert [o.call_id for o in out] == ["a", "b", "reused"]
-        assert store.get_tool_call("a") is None and store.get_tool_call("b") is None
+        assert store.get_tool_call(CallRef("did:a", "conv", "a")) is None
+        assert store.get_tool_call(CallRef("did:a", "conv", "b")) is None
+
+
+async def test_one_call_id_in_two_conversations_and_two_accounts_runs_four_times(tmp_path: Path) -> None:
+    """Gemini-like providers name every first call alike: each conversation (and account)
+    runs its own call with its own input and gets its own result, never another's."""
+    counter = {"runs": 0}
+    reg = counting_registry(counter)
+    with StateStore(tmp_path / "s.db") as store:
+        got = {}
+        for account in ("did:a", "did:b"):
+            for conv, n in (("conv1", 1), ("conv2", 2)):
+                (out,) = await execute_journaled(
+                    [ToolCall("call__0", "send", f'{{"n": {n}}}', approved=True)], reg, store,
+                    account=account, conversation=conv, reply_rkey="m.r0", seal=seal, open_=open_,
+                    timeout=5, max_output_chars=1000,
+                )
+                got[account, conv] = (out.output, out.is_error)
+        assert counter["runs"] == 4
+        assert got == {(a, c): (f"sent secret-payload-{n}", False)
+                       for a in ("did:a", "did:b") for c, n in (("conv1", 1), ("conv2", 2))}
+        # and within one conversation it is still the same call: no second run
+        (again,) = await execute_journaled(
+            [ToolCall("call__0", "send", '{"n": 2}', approved=True)], reg, store, account="did:a",
+            conversation="conv2", reply_rkey="m.r1", seal=seal, open_=open_, timeout=5, max_output_chars=1000,
+        )
+        assert counter["runs"] == 4 and again.output == "sent secret-payload-2"

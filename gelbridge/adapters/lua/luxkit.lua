@@ -423,9 +423,11 @@ local function thinking_block(text, deep)
   return b
 end
 
-local function call_id(id, resp_id, n)
+-- the provider's own id, or "" when it gives none (some gateways and local servers):
+-- the host then names the call after the reply it is written in
+local function call_id(id)
   if type(id) == "string" and id ~= "" then return id end
-  return "call_" .. safe_id(resp_id) .. "_" .. n
+  return ""
 end
 
 local function body_error(e)
@@ -495,7 +497,7 @@ local function stream_tool_call(events, state, tc, n)
     state.ncalls = (state.ncalls or 0) + 1
     local idx = state.next or 0
     state.next = idx + 1
-    c = { block = idx, id = call_id(id, state.id, state.ncalls - 1), name = fn.name or "" }
+    c = { block = idx, id = call_id(id), name = fn.name or "" }
     calls[key] = c
     events[#events + 1] = { event = "block_start", index = idx,
       block_type = { type = "tool_call", id = c.id, name = c.name } }
@@ -626,7 +628,7 @@ local function openai_family(flavor)
         local fn = tc["function"] or tc
         if fn.name then
           content[#content + 1] = { type = "tool_use", tool_use = {
-            id = call_id(tc.id, body.id, i - 1), name = fn.name, arguments = args_string(fn.arguments) } }
+            id = call_id(tc.id), name = fn.name, arguments = args_string(fn.arguments) } }
         end
       end
     end

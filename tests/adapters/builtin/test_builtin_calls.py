@@ -49,7 +49,11 @@ async def test_parallel_tool_calls(name, srv, stream):
     calls = [b for b in res.response.message.content if isinstance(b, ToolUse)]
     assert [c.name for c in calls] == ["lookup", "lookup"]
     assert [json.loads(c.arguments) for c in calls] == [{"q": "alpha beta gamma"}, {"q": "b"}]
-    assert all(c.id for c in calls) and calls[0].id != calls[1].id
+    ids = [c.id for c in calls]
+    if name == "ollama":  # Ollama sends no ids: left empty for the host to name after the reply key
+        assert ids == ["", ""]
+    else:
+        assert all(ids) and ids[0] != ids[1]
     assert res.response.choices[0].finish_reason == "tool_calls"
 
 

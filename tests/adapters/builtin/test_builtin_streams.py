@@ -30,11 +30,13 @@ def test_openai_parallel_calls_that_reuse_index_zero():
     assert resp.usage.total_tokens == 7 and resp.choices[0].finish_reason == "tool_calls"
 
 
-def test_openai_call_without_id_gets_a_stable_one():
+def test_openai_call_without_id_is_left_for_the_host_to_name():
+    """No id from the provider: the adapter makes none up from the response id (which a
+    gateway may leave empty or repeat: ``call__0`` in every conversation); the host names
+    the call after the reply key (``mapping.CallIds``)."""
     payloads = [oa({"tool_calls": [{"index": 0, "function": {"name": "f", "arguments": "{}"}}]}), oa({}, "tool_calls")]
     _, r1 = harness.chunks("openai", payloads)
-    _, r2 = harness.chunks("openai", payloads)
-    assert r1.message.content[0].id == r2.message.content[0].id == "call_c1_0"
+    assert r1.message.content[0].id == ""
 
 
 def test_openai_error_frame_and_bad_frame():
@@ -60,15 +62,28 @@ def test_gemini_text_chunks_append_and_signature_splits_parts():
     assert resp.choices[0].finish_reason == "stop" and events[-1] == {"event": "done"}
 
 
-def test_gemini_calls_without_ids_get_unique_ids_per_response():
+def test_gemini_calls_without_ids_are_named_by_the_host_after_the_reply_key():
+    """Gemini gives no call ids (and a gateway may give no response id): the adapter
+    leaves them empty and the host derives them from the reply key, so two conversations
+    never share an id like ``call__0``."""
+    from gelbridge.lux import LuxResponse
+    from gelbridge.mapping import CallIds, response_to_parts
+
     def g(rid):
         return json.dumps({"responseId": rid, "candidates": [{"finishReason": "STOP", "content": {"parts": [
             {"functionCall": {"name": "f"}}, {"functionCall": {"name": "f", "args": {"a": 1}}}]}}]})
-    r1 = harness.response("gemini", g("r1"))
-    _, r2 = harness.chunks("gemini", [g("r2")])
+    r1 = harness.response("gemini", g(""))
+    _, r2 = harness.chunks("gemini", [g("")])
     ids1 = [b["tool_use"]["id"] for b in r1["choices"][0]["message"]["content"]]
     ids2 = [b.id for b in r2.message.content]
-    assert len(set(ids1 + ids2)) == 4 and all(re.fullmatch(r"[\w-]+", i) for i in ids1 + ids2)
+    assert ids1 == ids2 == ["", ""]
+    named = {rk: [p.call_id for p in response_to_parts(
+        r2, provider="g", model="m", needs_approval=lambda _n: False, call_ids=CallIds(rk)).parts]
+        for rk in ("3mconvA.r0", "3mconvB.r0")}
+    assert named == {"3mconvA.r0": ["call_3mconvA_r0_0", "call_3mconvA_r0_1"],
+                     "3mconvB.r0": ["call_3mconvB_r0_0", "call_3mconvB_r0_1"]}
+    assert all(re.fullmatch(r"[\w-]+", i) for ids in named.values() for i in ids)
+    assert isinstance(r2, LuxResponse)
     assert r1["choices"][0]["finish_reason"] == "tool_calls"
     assert r1["choices"][0]["message"]["content"][0]["tool_use"]["arguments"] == "{}"
 
@@ -117,6 +132,6 @@ def test_ollama_stream_without_tool_ids():
                     "done_reason": "stop", "prompt_eval_count": 3, "eval_count": 2})]
     _, resp = harness.chunks("ollama", lines)
     th, call = resp.message.content
-    assert isinstance(th, Thinking) and (call.name, call.arguments) == ("f", "{}") and call.id.startswith("call_2025")
+    assert isinstance(th, Thinking) and (call.name, call.arguments) == ("f", "{}") and call.id == ""
     assert resp.choices[0].finish_reason == "tool_calls" and resp.usage.total_tokens == 5
     assert not any(isinstance(b, Text) for b in resp.message.content)
