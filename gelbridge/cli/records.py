@@ -56,6 +56,13 @@ KeyringOption = Annotated[
     typer.Option("--keyring", envvar=KEYRING_ENV, help=f"Keyring file (JSON). Default: ${KEYRING_ENV}."),
 ]
 
+ShowContentOption = Annotated[
+    bool,
+    typer.Option("--show-content", help="Let diagnostics name what only the opened content tells (unknown "
+                                        "part types, mime types, providers of dropped data). Off by default: "
+                                        "stderr often ends up in logs."),
+]
+
 
 def load_keyring(path: Path | None) -> Keyring:
     """The keyring at ``path``, or a clear error naming both ways to give one."""
@@ -233,12 +240,14 @@ def convert_command(
         str | None,
         typer.Option("--to", help="Adapter name: print the provider request body it would send (no network)."),
     ] = None,
+    show_content: ShowContentOption = False,
 ) -> None:
     """Print the Lux IR request gelbridge would send for the reply to a message.
 
     Walks the message's thread, opens it, chooses model/tools/effort (message,
     previous reply, conversation and settings records of the file, then the config's defaults section),
-    and prints the request JSON on stdout; diagnostics go to stderr, one per line.
+    and prints the request JSON on stdout; diagnostics go to stderr, one per line
+    (naming nothing from the sealed content unless --show-content).
     Blobs are not in record files: images and extracted file text are reported.
     Approved calls are not run offline; they are answered as not run.
     With --to ADAPTER, prints instead the provider body that adapter's script builds.
@@ -249,8 +258,8 @@ def convert_command(
     if to is not None:
         from gelbridge.cli.reply import print_provider_body
 
-        print_provider_body(to, result, settings)
+        print_provider_body(to, result, settings, show_content)
         return
     print_json(result.request.to_json())
     for diag in result.diagnostics:
-        sys.stderr.write(f"{diag}\n")
+        sys.stderr.write(diag.describe(show_content) + "\n")

@@ -21,7 +21,8 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from gelbridge.cli import app
-from gelbridge.errors import AdapterError, GelbridgeError, ProviderError
+from gelbridge.cli.records import ShowContentOption
+from gelbridge.errors import AdapterError, AdapterLoadError, GelbridgeError, ProviderError
 
 if TYPE_CHECKING:
     from gelbridge.cli.records import ConvertResult
@@ -30,7 +31,8 @@ if TYPE_CHECKING:
 NOT_RUN = "not run: 'gelbridge reply' runs no tools offline (the worker runs this call)"
 
 
-def print_provider_body(adapter_name: str, result: ConvertResult, settings: Settings) -> None:
+def print_provider_body(adapter_name: str, result: ConvertResult, settings: Settings,
+                        show_content: bool = False) -> None:
     """Print the provider request body adapter ``adapter_name`` builds for ``result``
     (stdout, pretty JSON when it is JSON) and the diagnostics (stderr)."""
     import json
@@ -41,15 +43,22 @@ def print_provider_body(adapter_name: str, result: ConvertResult, settings: Sett
     registry = registry_from_settings(settings)
     adapter = registry.get(adapter_name)
     assert result.choice.model is not None
-    conv = provider_body(adapter, result.request, provider=result.choice.model.provider,
-                         model=result.request.model)
+    try:
+        conv = provider_body(adapter, result.request, provider=result.choice.model.provider,
+                             model=result.request.model)
+    except AdapterError as e:
+        if show_content or isinstance(e, AdapterLoadError):
+            raise
+        # a script's runtime error may quote the request (sealed content)
+        raise GelbridgeError(f"adapter {adapter_name!r} failed on this request ({e.kind}); "
+                             "add --show-content to see its message") from None
     try:
         text = json.dumps(json.loads(conv.value), indent=2, ensure_ascii=False)
     except ValueError:
         text = conv.value
     sys.stdout.write(text + "\n")
     for d in [*result.diagnostics, *conv.diagnostics]:
-        sys.stderr.write(f"{d}\n")
+        sys.stderr.write(d.describe(show_content) + "\n")
 
 
 def _now() -> str:
@@ -67,13 +76,15 @@ def reply_command(
                                                  help="Keyring file (JSON).")] = None,
     config: Annotated[Path | None, typer.Option("--config", help="Config file (TOML) with [providers].")] = None,
     stream: Annotated[bool, typer.Option("--stream/--no-stream", help="Stream the model's answer.")] = True,
+    show_content: ShowContentOption = False,
 ) -> None:
     """Answer one message offline: print the sealed reply record JSON on stdout.
 
     Calls the model of the chosen modelRef through its adapter ([providers] in the
     config), seals the reply with the user message's keyId and prints the record as
     it would be written (nothing is written to any PDS). A summary (model, tokens,
-    timings, diagnostics; never content) goes to stderr. Tools are not run offline.
+    timings, diagnostics; never content unless --show-content) goes to stderr. Tools are
+    not run offline.
     """
     from gelbridge.cli.records import convert_file, load_keyring, print_json
     from gelbridge.config import load_config
@@ -81,7 +92,7 @@ def reply_command(
     settings = load_config(config)
     ring = load_keyring(keyring)
     result = convert_file(records, ring, message, settings)
-    record, summary, failed = asyncio.run(_turn(records, ring, message, settings, result, stream))
+    record, summary, failed = asyncio.run(_turn(records, ring, message, settings, result, stream, show_content))
     print_json(record)
     sys.stderr.write(summary)
     if failed:
@@ -89,7 +100,7 @@ def reply_command(
 
 
 async def _turn(records: Path, ring: Any, message: str, settings: Settings, result: ConvertResult,
-                stream: bool) -> tuple[dict[str, Any], str, str | None]:
+                stream: bool, show_content: bool = False) -> tuple[dict[str, Any], str, str | None]:
     from gelbridge.adapters.client import ModelClient
     from gelbridge.lux import LuxResponse
     from gelbridge.mapping import (
@@ -115,7 +126,7 @@ async def _turn(records: Path, ring: Any, message: str, settings: Settings, resu
     from gelbridge.tools.approval import resolve_approvals
     from gelbridge.tools.loader import builtin_tools
     from gelbridge.tools.registry import ToolRegistry, needs_approval
-    from gelbridge.worker.decide import error_message
+    from gelbridge.worker.decide import error_message, reply_error_kind
 
     assert result.choice.model is not None
     provider, model = result.choice.model.provider, result.choice.model.id
@@ -167,8 +178,9 @@ async def _turn(records: Path, ring: Any, message: str, settings: Settings, resu
             response = getattr(e, "partial", None)
             diags += getattr(e, "diagnostics", [])
             # the record gets the worker's content-free text: a provider may echo the prompt
-            error = ReplyError(kind=e.kind, message=error_message(e.kind, status=getattr(e, "status", None)))
-            failed = f"the model call failed ({e.kind}); the printed record is the error reply"
+            kind = reply_error_kind(e.kind)
+            error = ReplyError(kind=kind, message=error_message(kind, status=getattr(e, "status", None)))
+            failed = f"the model call failed ({kind}); the printed record is the error reply"
 
     parts: list[Any] = list(prefix)
     status = "complete"
@@ -206,7 +218,7 @@ async def _turn(records: Path, ring: Any, message: str, settings: Settings, resu
         lines.append(f"tokens: input {usage.input_tokens}, output {usage.output_tokens}"
                      f"{f', reasoning {usage.reasoning_tokens}' if usage.reasoning_tokens is not None else ''}\n")
     lines.append(f"reply: {uri} status {status}, finish {finish}, {len(parts)} part(s)\n")
-    lines += [f"diagnostic: {d}\n" for d in diags]
+    lines += [f"diagnostic: {d.describe(show_content)}\n" for d in diags]
     if error is not None:
         lines.append(f"error: {error.kind}: {error.message}\n")
     return rec.to_value(), "".join(lines), failed

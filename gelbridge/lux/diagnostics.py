@@ -2,7 +2,10 @@
 
 No diagnostic means the conversion was exact. A diagnostic names the field by a
 dot/index path (``conversation[2].message.content[0].provider_data``) and never
-carries user content in ``detail``.
+carries user content in ``detail``. What only the opened content could tell (an unknown
+part's ``$type``, a mime type, which provider's data was dropped) goes in ``content``,
+which is left out of ``str()`` and ``to_json()``: shown only by ``describe(True)``, which
+the offline CLI calls for ``--show-content`` (its user holds the key).
 """
 
 from __future__ import annotations
@@ -30,10 +33,17 @@ class Diagnostic:
     field: str
     status: ConversionStatus
     detail: str | None = None
+    content: str | None = None  # derived from sealed content: shown only on request
 
     def __str__(self) -> str:
-        if self.detail:
-            return f"{self.field}: {self.status.value} ({self.detail})"
+        return self.describe()
+
+    def describe(self, show_content: bool = False) -> str:
+        detail = self.detail
+        if show_content and self.content:
+            detail = f"{detail}: {self.content}" if detail else self.content
+        if detail:
+            return f"{self.field}: {self.status.value} ({detail})"
         return f"{self.field}: {self.status.value}"
 
     def to_json(self) -> dict[str, Any]:

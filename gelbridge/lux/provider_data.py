@@ -107,13 +107,14 @@ def _strip_block(
                 if summary is not b.summary:
                     return replace(b, summary=summary)
             return b
-        origin = f"from {pd.provider}/{pd.model}" if pd is not None else "with no provider tag"
+        origin = "from another provider or model" if pd is not None else "with no provider tag"
+        came = f"{pd.provider}/{pd.model}" if pd is not None else None  # sealed: shown on request only
         if b.opaque_only:
             diags.append(Diagnostic(path, _DEGRADED,
-                                    f"redacted or signature-only thinking {origin} dropped"))
+                                    f"redacted or signature-only thinking {origin} dropped", came))
             return None
         diags.append(Diagnostic(path, _DEGRADED,
-                                f"signature/provider_data {origin} removed; thinking text kept"))
+                                f"signature/provider_data {origin} removed; thinking text kept", came))
         summary = b.summary
         if summary:
             summary = _strip_list(summary, f"{path}.thinking.summary", provider, model, diags)
@@ -123,7 +124,7 @@ def _strip_block(
         if pd is None or pd.owned_by(provider, model):
             return b
         diags.append(Diagnostic(f"{path}.provider_data", _DEGRADED,
-                                f"provider_data from {pd.provider}/{pd.model} removed"))
+                                "provider_data from another provider or model removed", f"{pd.provider}/{pd.model}"))
         return replace(b, provider_data=None)
     if t is ToolResult:
         content = _strip_list(b.content, f"{path}.tool_result.content", provider, model, diags)

@@ -172,8 +172,8 @@ class _Builder:
         # segment index -> indexes of its parts already used as replacements
         self.consumed: dict[int, set[int]] = {}
 
-    def note(self, field: str, status: ConversionStatus, detail: str) -> None:
-        self.diags.append(Diagnostic(field, status, detail))
+    def note(self, field: str, status: ConversionStatus, detail: str, content: str | None = None) -> None:
+        self.diags.append(Diagnostic(field, status, detail, content))
 
     # -- instructions --------------------------------------------------------------
 
@@ -187,7 +187,8 @@ class _Builder:
                     out.append(Text(p.text))
                 else:
                     self.note(f"conversation.instructions.parts[{i}]", _UNSUPPORTED,
-                              f"{_type_name(p)} in instructions; only text parts form the system prompt")
+                              "a part other than text in instructions; only text parts form the system prompt",
+                              _type_name(p))
         return out
 
     # -- conversation -------------------------------------------------------------
@@ -238,7 +239,8 @@ class _Builder:
             if t is ToolApprovalPart:
                 continue  # answers go to the approval resolution, not to the model
             if t is ToolCallPart or t is ToolResultPart:
-                self.note(_part_path(rkey, pi), _INVALID, f"{_type_name(p)} in a user message; left out")
+                self.note(_part_path(rkey, pi), _INVALID, "a tool call or result in a user message; left out",
+                          _type_name(p))
                 continue
             content_parts.get(t, _Builder.other)(self, p, rkey, pi, blocks)
         if blocks:
@@ -402,7 +404,7 @@ class _Builder:
     def file(self, p: FilePart, rkey: str, pi: int, blocks: list[Content]) -> None:
         name = p.name or "attachment"
         if p.extracted is None:
-            self.note(_part_path(rkey, pi), _UNSUPPORTED, f"file ({p.file.mime_type}) has no extracted text; left out")
+            self.note(_part_path(rkey, pi), _UNSUPPORTED, "file has no extracted text; left out", p.file.mime_type)
             return
         data = self.blobs.get(p.extracted.text.ref)
         if data is None:
@@ -417,10 +419,12 @@ class _Builder:
         blocks.append(Text(f"[file: {name}]\n{text}"))
 
     def unknown(self, p: UnknownPart, rkey: str, pi: int, blocks: list[Content]) -> None:
-        self.note(_part_path(rkey, pi), _UNSUPPORTED, f"unknown part type {p.type!r}; left out")
+        self.note(_part_path(rkey, pi), _UNSUPPORTED, "a part of a type this gelbridge does not know; left out",
+                  p.type)
 
     def other(self, p: Part, rkey: str, pi: int, blocks: list[Content]) -> None:
-        self.note(_part_path(rkey, pi), _UNSUPPORTED, f"{_type_name(p)} left out")
+        self.note(_part_path(rkey, pi), _UNSUPPORTED, "a part the model request cannot carry; left out",
+                  _type_name(p))
 
 
 # Content part type -> the _Builder method that maps it (any other type: ``other``).

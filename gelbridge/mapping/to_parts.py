@@ -254,9 +254,9 @@ def response_to_parts(
             parts.append(call)
             (pending if wait else runnable).append(call)
         elif t is Media:
-            diags.append(Diagnostic(f"content[{i}]", _UNSUPPORTED, f"{block.kind} output is not stored in replies"))  # type: ignore[union-attr]
+            diags.append(Diagnostic(f"content[{i}]", _UNSUPPORTED, "this kind of output is not stored in replies", block.kind))  # type: ignore[union-attr]
         else:
-            diags.append(Diagnostic(f"content[{i}]", _UNSUPPORTED, f"{type(block).__name__} block left out"))
+            diags.append(Diagnostic(f"content[{i}]", _UNSUPPORTED, "a block of a kind replies cannot hold left out", type(block).__name__))
 
     if len(parts) > max_parts:
         dropped = parts[max_parts:]

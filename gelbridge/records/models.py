@@ -298,6 +298,7 @@ class LexObject(BaseModel):
         strict=True,
         extra="allow",
         frozen=True,
+        hide_input_in_errors=True,  # a validation error's text may reach a log: never the (sealed) value
     )
 
     #: The lexicon type this model implements (``nsid`` or ``nsid#name``).

@@ -13,6 +13,7 @@ from datetime import datetime
 from typing import Any, Literal, Mapping
 
 from gelbridge.errors import RecordError
+from gelbridge.lux.models import ErrorKind
 from gelbridge.records.constants import (
     FINAL_STATUSES,
     MESSAGE_COLLECTION,
@@ -122,6 +123,18 @@ _GENERIC: dict[str, str] = {
     "interrupted": "gelbridge stopped while writing this reply; ask again to regenerate it",
     "tool_error": "a tool failed",
 }
+
+
+#: ``error.kind`` values a reply may carry (PROTOCOL.md §1): the Lux IR error kinds plus
+#: gelbridge's own.
+REPLY_ERROR_KINDS: frozenset[str] = frozenset(k.value for k in ErrorKind) | {
+    "decrypt_failed", "bad_record", "adapter_error", "tool_error", "timeout", "interrupted"}
+
+
+def reply_error_kind(kind: object) -> str:
+    """The ``error.kind`` to write: a known kind as is; anything else (a script's or a
+    provider's own word, which is unsealed text it chose) becomes ``server_error``."""
+    return kind if isinstance(kind, str) and kind in REPLY_ERROR_KINDS else "server_error"
 
 
 def error_message(kind: str, *, detail: str | None = None, status: int | None = None) -> str:

@@ -18,7 +18,18 @@ from datetime import UTC, datetime
 from typing import Any, Mapping
 
 from gelbridge.config import Settings
-from gelbridge.errors import ClaimConflict, GelbridgeError, ProviderError, ToolError
+from gelbridge.errors import (
+    ClaimConflict,
+    ConfigError,
+    GelbridgeError,
+    KeyringError,
+    PdsError,
+    ProviderError,
+    RecordError,
+    SealingError,
+    StateError,
+    ThreadError,
+)
 from gelbridge.lux import LuxResponse, Options, StreamAccumulator
 from gelbridge.mapping import (
     CallIds,
@@ -69,7 +80,7 @@ from gelbridge.state import CallRef
 from gelbridge.tools import ToolCall, call_digest, execute_journaled, needs_approval, resolve_approvals
 from gelbridge.tools.approval import WaitingCall
 from gelbridge.tools.journal import INTERRUPTED_OUTPUT
-from gelbridge.worker.decide import Ask, error_message
+from gelbridge.worker.decide import Ask, error_message, reply_error_kind
 from gelbridge.worker.repo import RepoView, SideRecords, load_thread
 from gelbridge.worker.resume import DENIED_NOT_RUN, ResumePoint, resume_point
 from gelbridge.worker.timing import ReadClock, reading, start_reads, stop_reads
@@ -198,7 +209,7 @@ async def _blobs_for(deps: TurnDeps, opened: list[OpenedMessage], keys: dict[str
                 body = await deps.pds.get_blob(deps.did, cid)
             data = open_blob(body, key_id=kid, keyring=deps.keyring)
         except (GelbridgeError, KeyError) as e:
-            log.info("blob %s not available (%s)", cid, type(e).__name__)
+            log.info("a blob of the thread is not available (%s)", type(e).__name__)  # its ref is sealed
             continue
         out[cid] = data
         deps.blob_cache[cid] = data
@@ -256,7 +267,7 @@ async def _run_tools(
                 job.writer.add_blob(uploaded)
                 blob = BlobRef.of(uploaded.ref, "text/plain", len(data))
             except GelbridgeError as e:
-                log.warning("tool output blob of %s not uploaded (%s)", o.call_id, e.kind)
+                log.warning("reply %s: a tool output blob was not uploaded (%s)", job.ask.reply_rkey, e.kind)
         results[o.call_id] = ToolResultPart(call_id=o.call_id, output=o.output, is_error=o.is_error, output_blob=blob)
     return results
 
@@ -540,17 +551,25 @@ def _sum_usage(us: list[Usage]) -> Usage:
     return Usage(input_tokens=s("input_tokens"), output_tokens=s("output_tokens"), reasoning_tokens=s("reasoning_tokens"))
 
 
+#: Errors whose message is ours and names only record keys, URIs, keyIds and settings:
+#: it may go into the unsealed ``error.message``. Any other error gets the generic text.
+_SAFE_DETAIL = (RecordError, ThreadError, SealingError, ConfigError, KeyringError)
+
+
 def _error_of(e: BaseException) -> tuple[str, str]:
-    """``(kind, message)`` for a reply's error field; never user content."""
+    """``(kind, message)`` for a reply's error field; never user content (no provider
+    body, no call id, no tool or script text)."""
+    kind = reply_error_kind(getattr(e, "kind", None) if isinstance(e, GelbridgeError) else None)
     if isinstance(e, ProviderError):
-        return e.kind, error_message(e.kind, status=e.status)
-    if isinstance(e, ToolError):
-        return e.kind, error_message(e.kind)
-    if isinstance(e, GelbridgeError):
-        kind = getattr(e, "kind", "server_error") or "server_error"
-        if type(e).__module__.startswith("gelbridge.adapters") or kind == "adapter_error":
-            return kind, error_message(kind)
+        return kind, error_message(kind, status=e.status)
+    if isinstance(e, _SAFE_DETAIL) or type(e) is GelbridgeError:  # bare GelbridgeError: raised in this module
         return kind, error_message(kind, detail=str(e))
+    if isinstance(e, PdsError):
+        return kind, error_message(kind, detail="the PDS failed while gelbridge answered; see the gelbridge log")
+    if isinstance(e, StateError):
+        return kind, error_message(kind, detail="gelbridge's state store failed; see the gelbridge log")
+    if isinstance(e, GelbridgeError):
+        return kind, error_message(kind)
     return "server_error", error_message("server_error", detail=f"internal error ({type(e).__name__}); see the gelbridge log")
 
 
