@@ -344,7 +344,7 @@ async def _resume_calls(
 
 
 def _waiting_asked_here(
-    deps: TurnDeps, parent_rkey: str, waiting: list[WaitingCall]
+    deps: TurnDeps, job: TurnJob, parent_rkey: str, waiting: list[WaitingCall]
 ) -> tuple[list[WaitingCall], float | None]:
     """The waiting calls of the parent reply that this worker itself asked approval for,
     and when it asked (its own clock). Any other call there (a reply written or changed
@@ -357,7 +357,7 @@ def _waiting_asked_here(
     ours = [c for c in waiting if _digest(c) in asked]
     if len(ours) < len(waiting):
         log.warning("reply %s: %d waiting call(s) in %s were not asked by this gelbridge; ignoring them",
-                    parent_rkey, len(waiting) - len(ours), parent_rkey)
+                    job.ask.reply_rkey, len(waiting) - len(ours), parent_rkey)
     return ours, (claim.waiting_at if claim is not None else None)
 
 
@@ -457,7 +457,7 @@ async def _answer(deps: TurnDeps, job: TurnJob, state: dict[str, Any], timer: _T
     ignored = list(answers) if point is None else []  # unless a waiting call takes them
     if parent is not None and point is None:
         parent_parts = opened[-2].content.parts
-        waiting, asked_at = _waiting_asked_here(deps, parent.rkey, waiting_calls(parent_parts))
+        waiting, asked_at = _waiting_asked_here(deps, job, parent.rkey, waiting_calls(parent_parts))
         if waiting:
             first_seen = deps.store.get_claim(deps.did, ask.reply_rkey)
             outcome = resolve_approvals(

@@ -131,6 +131,6 @@ async def test_pds_outage_during_a_turn_leaves_claim_that_is_finished_after_reco
             _, content = await app.wait_status(f"{k}.r0", "complete", timeout=60)
             assert text_of(content) == "You said: answer through an outage"
             assert await app.replies_of(k) == [f"{k}.r0"]
-            assert worker.store.get_claim(f"{k}.r0").status == "complete"
+            assert worker.store.get_claim(app.did, f"{k}.r0").status == "complete"
     finally:
         await proxy.aclose()

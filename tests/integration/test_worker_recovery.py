@@ -48,7 +48,7 @@ async def test_worker_killed_mid_stream_is_restarted_and_leaves_one_complete_rep
     assert w2.terminate() == 0
     with StateStore.open_dir(tmp_path / "state") as store:
         assert store.unfinished_claims(app.did) == []
-        assert store.get_claim(f"{k}.r0").status == "complete"
+        assert store.get_claim(app.did, f"{k}.r0").status == "complete"
     assert "logged in" not in (tmp_path / "w2.log").read_text()  # the session was resumed
 
 

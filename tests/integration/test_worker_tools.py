@@ -16,6 +16,7 @@ from gelbridge.sealing import Keyring, open_blob
 from gelbridge.tools import Tool, ToolOutput, ToolRegistry, builtin_tools
 
 from .conftest import App, make_settings, running_worker, text_of
+from .test_tools_approval import journal_entry
 
 pytestmark = [pytest.mark.pds, pytest.mark.timeout(180)]
 
@@ -91,7 +92,7 @@ async def test_auto_tool_loop_then_approval_runs_the_approved_call_exactly_once(
         assert ran == [{"text": "hi"}]
         assert c3.parts[1].call_id == "n1" and c3.parts[1].output == result.output
         await worker.wait_idle(10)
-        entry = worker.store.get_tool_call("n1")
+        entry = journal_entry(worker.store, "n1")
         assert entry is not None and entry.finished
 
 

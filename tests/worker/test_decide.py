@@ -69,3 +69,27 @@ def test_cursor_tracker_saves_only_below_the_oldest_open_event() -> None:
     assert t.done(14) is None
     assert t.done(13) == 13
     assert t.done(14) == 14 and t.in_flight == 0
+
+
+def test_a_reply_error_kind_is_a_known_kind_and_its_message_never_someone_elses_text() -> None:
+    from gelbridge.errors import AdapterError, PdsUnavailable, ProviderError, RecordError, StateError
+    from gelbridge.worker.decide import REPLY_ERROR_KINDS, reply_error_kind
+    from gelbridge.worker.turn import _error_of
+
+    assert reply_error_kind("rate_limit") == "rate_limit" and reply_error_kind("decrypt_failed") == "decrypt_failed"
+    assert reply_error_kind("canary says hi") == "server_error" and reply_error_kind(None) == "server_error"
+    assert {"timeout", "interrupted", "bad_record", "tool_error"} <= REPLY_ERROR_KINDS
+    canary = "CANARY-91d"
+    cases = [
+        ProviderError(f"provider body {canary}", kind=f"custom_{canary}", status=500),
+        AdapterError(f"lua: attempt to index {canary}"),
+        StateError(f"tool call {canary} was never begun"),
+        PdsUnavailable(f"PDS said {canary}", status=502),
+        RuntimeError(canary),
+    ]
+    for e in cases:
+        kind, message = _error_of(e)
+        assert kind in REPLY_ERROR_KINDS and canary not in kind and canary not in message, (e, kind, message)
+    # our own record errors name keys and fields only, and stay as they are (they help the app)
+    assert _error_of(RecordError("message 3mabc does not follow the lexicon")) == (
+        "bad_record", "message 3mabc does not follow the lexicon")

@@ -66,3 +66,23 @@ async def test_a_reply_changed_by_someone_else_is_never_overwritten(setup: Any) 
         await w.final([TextPart(text="y")], status="complete")
     with pytest.raises(ClaimConflict):
         await w.claim()
+
+
+async def test_a_plain_message_gets_plain_content_and_an_unknown_key_gets_none() -> None:
+    pds = FakePds()
+    plain = ReplyWriter(pds, RepoView(pds, DID), reply_rkey="3mp.r0", message_rkey="3mp", conversation="3mc",
+                        key_id=None, keyring=Keyring(), update_interval=0)
+    assert plain.can_write_parts
+    await plain.claim()
+    await plain.final([TextPart(text="in the clear")], status="complete")
+    rec = MessageRecord.from_value(pds.puts[-1][1])
+    assert not rec.is_sealed and [p.text for p in rec.content.parts] == ["in the clear"]
+
+    locked = ReplyWriter(pds, RepoView(pds, DID), reply_rkey="3mq.r0", message_rkey="3mq", conversation="3mc",
+                         key_id="k-not-here", keyring=Keyring(), update_interval=0)
+    assert not locked.can_write_parts
+    await locked.claim()
+    with pytest.raises(Exception, match="not in the keyring"):
+        await locked.final([TextPart(text="must not be written in the clear")], status="complete")
+    await locked.final([], status="error")
+    assert MessageRecord.from_value(pds.puts[-1][1]).content.parts == []
