@@ -26,8 +26,12 @@ def backoff_delay(
 
     ``min(cap, base * 2**(failures-1))``, the doublings stopped at ``max_doublings`` (no
     overflow however long a peer stays away), times a factor drawn uniformly from
-    ``spread`` (low, high) so that many clients do not retry in step.
+    ``spread`` (low, high) so that many clients do not retry in step. The jitter stays
+    inside the cap: near it the factor's upper end shrinks to ``cap / raw``, so the
+    delay never exceeds ``cap`` and is still spread below it.
     """
     raw = min(cap, base * 2 ** min(max(failures - 1, 0), max_doublings))
     low, high = spread
-    return raw * (low + (high - low) * rng.random())
+    if raw > 0:
+        high = max(low, min(high, cap / raw))
+    return min(cap, raw * (low + (high - low) * rng.random()))
