@@ -141,6 +141,9 @@ MESSAGE_LIMIT = 300
 
 AuthStyle = Literal["bearer", "x-api-key", "x-goog-api-key", "none"]
 Framing = Literal["sse", "ndjson"]
+#: Content types of newline-delimited JSON streams: read as NDJSON whatever framing the
+#: adapter expects (``ProviderStream``).
+NDJSON_TYPES = ("application/x-ndjson", "application/ndjson", "application/jsonl", "application/x-jsonlines")
 
 
 def _framing_error(message: str) -> ProviderError:
@@ -984,17 +987,22 @@ class ProviderStream:
                             raise error_from_response(resp.status_code, raw, resp.headers)
                         limit = t.max_response_bytes
                         ctype = resp.headers.get("content-type", "")
-                        if self._framing == "sse" and ctype.startswith("application/json"):
+                        framing = self._framing
+                        if framing == "sse" and ctype.startswith(NDJSON_TYPES):
+                            # an ADAPTER.md script knows only SSE: an NDJSON stream's lines
+                            # are handed to it as SSE data payloads are (Ollama's native API)
+                            framing = "ndjson"
+                        if framing == "sse" and ctype.startswith("application/json"):
                             raw = await _read_bounded(resp, t.max_error_body_bytes)
                             raise _json_instead_of_stream(resp.status_code, raw, url)
-                        if self._framing == "sse":
+                        if framing == "sse":
                             sse = SSEDecoder(max_line_chars=t.max_line_bytes)
                             feed: Callable[[bytes], list[Any]] = sse.feed
                             close: Callable[[], list[Any]] = sse.close
                         else:
                             nd = NDJSONDecoder(max_line_bytes=t.max_line_bytes)
                             feed, close = nd.feed, nd.close
-                        is_sse = self._framing == "sse"
+                        is_sse = framing == "sse"
                         chunks = resp.aiter_bytes()
                         n = 0
                         async for chunk in chunks:

@@ -236,3 +236,25 @@ async def test_each_stream_gets_its_own_state(model_server: ModelServer,
     texts = sorted(r.response.message.content[0].text for r in results)
     assert texts == sorted(f"answer {i} " * 5 for i in range(6))
     await c.aclose()
+
+
+@pytest.mark.parametrize("stream", [True, False])
+async def test_an_adapter_md_script_sees_an_ndjson_stream_line_by_line(
+    model_server: ModelServer, make_client: Callable[..., ModelClient], stream: bool,
+) -> None:
+    """ADAPTER.md knows only SSE ``data:`` payloads; Ollama streams NDJSON. A script
+    written to it (no stream_format declared) gets each NDJSON line as a payload."""
+    c = make_client(settings_for(local={"adapter": "ollama_md", "base_url": model_server.url, "api_key_env": "TEST_KEY",
+                                       "max_retries": 0}))
+    try:
+        model_server.enqueue(Turn(text="one two three four five", usage=(5, 4, 0), chunk_size=4))
+        res = await c.complete(ask(), provider="local", stream=stream)
+    finally:
+        await c.aclose()
+    r = res.response
+    assert [b.text for b in r.message.content] == ["one two three four five"]
+    assert r.choices[0].finish_reason == "stop" and r.usage.prompt_tokens == 5
+    assert res.streamed is stream
+    if stream:
+        assert res.timing.chunks > 3  # one payload per NDJSON line, not one blob
+        assert model_server.requests[-1].path == "/api/chat" and model_server.requests[-1].body["stream"] is True
