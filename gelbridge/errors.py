@@ -214,3 +214,13 @@ def is_transient(error: BaseException) -> bool:
     socket error): an event source retries the record instead of skipping it. A
     ``ClaimConflict`` is an answer, not an outage."""
     return isinstance(error, (PdsError, StateError, OSError)) and not isinstance(error, ClaimConflict)
+
+
+def where_it_failed(error: BaseException) -> str:
+    """An unexpected error for a log line: its type and the code locations it passed
+    through, never its message (which may quote sealed content, e.g. ``KeyError('…')``)."""
+    import traceback
+
+    frames = traceback.extract_tb(error.__traceback__)[-8:]
+    trail = " <- ".join(f"{f.filename.rsplit('/', 1)[-1]}:{f.lineno} {f.name}" for f in reversed(frames))
+    return f"{type(error).__name__} at {trail}" if trail else type(error).__name__

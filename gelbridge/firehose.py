@@ -117,6 +117,10 @@ def commit_events(
             raw_blocks = raw_blocks.encode("latin-1")
         try:
             blocks = CAR.from_bytes(raw_blocks).blocks
+        except RecursionError:
+            # a record nested too deep for the CBOR decoder: its ops carry no record, so
+            # the worker reads it from the PDS (as for a tooBig commit) and rejects it there
+            blocks = {}
         except Exception as e:  # libipld raises plain ValueError on a bad CAR
             raise FirehoseError(f"commit seq {seq} of {repo} has undecodable blocks: {e}") from None
     events: list[RepoEvent] = []
@@ -150,7 +154,7 @@ def decode_frame_full(
     """
     try:
         parsed = Frame.from_bytes(frame)
-    except (AtProtocolError, ValueError, TypeError) as e:  # libipld raises ValueError
+    except (AtProtocolError, ValueError, TypeError, RecursionError) as e:  # libipld raises ValueError
         raise FirehoseError(f"undecodable firehose frame: {e}") from None
     if isinstance(parsed, ErrorFrame):
         name, msg = parsed.body.error, parsed.body.message

@@ -28,13 +28,13 @@ Everything here is pure: no I/O, no clock. Deletes pass with ``record=None`` and
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal
 
 from gelbridge.errors import FirehoseError, RecordError
 from gelbridge.firehose import DEFAULT_PREFIX, RepoEvent, commit_events, decode_frame_full
+from gelbridge.records import nesting
 
 Action = Literal["create", "update", "delete"]
 _ACTIONS: Final = frozenset({"create", "update", "delete"})
@@ -184,7 +184,7 @@ def from_jetstream_event(event: Any, flt: RecordFilter) -> list[IncomingRecord]:
         if needle not in raw:
             return []
         try:
-            event = json.loads(raw)
+            event = nesting.loads(raw)
         except (ValueError, UnicodeDecodeError) as e:
             raise RecordError(f"Jetstream event is not JSON ({type(e).__name__})") from None
         if not isinstance(event, dict):

@@ -23,7 +23,6 @@ saved cursor never runs ahead of work. Reconnects back off exponentially (bounde
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import time
 from collections.abc import Awaitable, Callable, Iterable
@@ -36,6 +35,7 @@ from gelbridge.backoff import backoff_delay
 from gelbridge.errors import GelbridgeError, RecordError, is_transient
 from gelbridge.firehose import DEFAULT_PREFIX
 from gelbridge.ingest import IncomingRecord, RecordFilter, from_jetstream_event
+from gelbridge.records import nesting
 
 log = logging.getLogger("gelbridge.jetstream")
 
@@ -238,7 +238,7 @@ class JetstreamSource:
 def _peek_time_us(message: str | bytes) -> int | None:
     """``time_us`` of an event that is not ours (identity/account events: small)."""
     try:
-        event = json.loads(message)
+        event = nesting.loads(message)
     except (ValueError, UnicodeDecodeError):
         return None
     cur = event.get("time_us") if isinstance(event, dict) else None

@@ -35,6 +35,7 @@ from gelbridge.errors import (
     PdsUnavailable,
     RecordError,
 )
+from gelbridge.records import nesting
 from gelbridge.records.codec import bytes_json
 from gelbridge.records.keys import AtUri
 
@@ -171,7 +172,7 @@ def error_from_response(resp: httpx.Response, what: str) -> PdsError:
     err: str | None = None
     msg: str | None = None
     try:
-        body = resp.json()
+        body = nesting.loads(resp.content)
         if isinstance(body, dict):
             err = body.get("error") if isinstance(body.get("error"), str) else None
             msg = body.get("message") if isinstance(body.get("message"), str) else None
@@ -576,8 +577,8 @@ class PdsClient:
                 if resp.status_code == 200:
                     if not resp.content:
                         return {}
-                    try:
-                        data = resp.json()
+                    try:  # never RecursionError: a record nested too deep is cut, then rejected alone
+                        data = nesting.loads(resp.content)
                     except ValueError:
                         raise PdsError(f"PDS answered {what} with invalid JSON", status=200) from None
                     return data if isinstance(data, dict) else {}

@@ -45,6 +45,8 @@ from gelbridge.errors import (
 )
 from gelbridge.records.codec import bytes_json
 from gelbridge.records.keys import AtUri
+from gelbridge.records import nesting
+from gelbridge.records.nesting import MAX_DEPTH, check_value, may_exceed
 from gelbridge.records.models import (
     ConversationRecord,
     EncryptedContent,
@@ -148,6 +150,8 @@ class Keyring(Mapping[str, bytes]):
         p = Path(path).expanduser()
         try:
             text = p.read_text(encoding="utf-8")
+        except UnicodeDecodeError:
+            raise KeyringError(f"keyring file {p} is not UTF-8 text") from None
         except FileNotFoundError:
             raise KeyringError(
                 f"keyring file {p} does not exist: create one with 'gelbridge keys new --keyring {p}'"
@@ -155,7 +159,7 @@ class Keyring(Mapping[str, bytes]):
         except OSError as e:
             raise KeyringError(f"cannot read keyring file {p}: {e.strerror}") from None
         try:
-            data = json.loads(text)
+            data = nesting.loads(text)
         except ValueError:
             raise KeyringError(f"keyring file {p} is not valid JSON") from None
         return cls.parse(data, source=f"keyring file {p}")
@@ -424,9 +428,14 @@ def _loads_object(plaintext: bytes | bytearray, uri: str | AtUri) -> dict[str, A
     try:
         value = orjson.loads(plaintext)
     except orjson.JSONDecodeError:
+        if may_exceed(plaintext, 1024):  # orjson's own limit
+            raise RecordError(f"sealed content of {uri} is nested deeper than {MAX_DEPTH} levels "
+                              "(gelbridge's limit)") from None
         raise RecordError(f"sealed content of {uri} is not UTF-8 JSON") from None
     if not isinstance(value, dict):
         raise RecordError(f"sealed content of {uri} is not a JSON object")
+    if may_exceed(plaintext):
+        check_value(value, f"sealed content of {uri}")
     return value
 
 
@@ -484,8 +493,8 @@ def open_content(
         value = orjson.loads(plaintext)
     except orjson.JSONDecodeError:
         value = None
-    if type(value) is not dict:
-        _loads_object(plaintext, uri)  # raises the RecordError saying what it is
+    if type(value) is not dict or may_exceed(plaintext):
+        value = _loads_object(plaintext, uri)  # raises the RecordError saying what is wrong
     try:
         return _PLAIN_VALIDATOR.validate_python(value, by_alias=True, by_name=False)
     except ValidationError as e:

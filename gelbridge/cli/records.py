@@ -89,8 +89,15 @@ def open_file(records: Path, keyring: Keyring | None) -> list[OpenedRecord]:
 
 
 def print_json(doc: Any) -> None:
-    """Pretty JSON on stdout (UTF-8, non-ASCII kept)."""
-    sys.stdout.write(json.dumps(doc, indent=2, ensure_ascii=False) + "\n")
+    """Pretty JSON on stdout (UTF-8, non-ASCII kept; a document holding a string that is
+    not valid Unicode, as a malformed record printed as it is may, is written with
+    ``\\u`` escapes instead, which is still JSON)."""
+    text = json.dumps(doc, indent=2, ensure_ascii=False)
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        text = json.dumps(doc, indent=2, ensure_ascii=True)
+    sys.stdout.write(text + "\n")
 
 
 @app.command("open")

@@ -11,7 +11,6 @@ Values from CAR files are in CBOR form (raw bytes); the record models accept bot
 
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,6 +20,7 @@ import libipld
 from atproto_core.car import CAR
 
 from gelbridge.errors import RecordError
+from gelbridge.records import nesting
 from gelbridge.records.codec import cid_str
 from gelbridge.records.keys import AtUri
 
@@ -49,7 +49,7 @@ def load_records(path: str | os.PathLike[str]) -> list[RecordEntry]:
     head = data.lstrip()[:1]
     if head in (b"{", b"["):
         try:
-            doc = json.loads(data)
+            doc = nesting.loads(data)
         except ValueError as e:
             raise RecordError(f"record file {p} is not valid JSON (line {getattr(e, 'lineno', '?')})") from None
         return records_from_json(doc, source=str(p))
@@ -86,12 +86,16 @@ def records_from_car(data: bytes, *, source: str = "CAR file") -> list[RecordEnt
     """Every record of a repo CAR export, in MST (key) order."""
     try:
         car = CAR.from_bytes(data)
-    except Exception:
+        blocks: dict[str, Any] = {str(cid): block for cid, block in car.blocks.items()}
+        root = str(car.root)
+    except RecursionError:
+        raise RecordError(f"{source}: a block is nested too deep to decode (gelbridge's limit is "
+                          f"{nesting.MAX_DEPTH} levels)") from None
+    except Exception:  # libipld: ValueError for a bad CAR, others for a header whose root is no CID
         raise RecordError(
-            f"{source} is neither JSON (listRecords) nor a CAR file (com.atproto.sync.getRepo)"
+            f"{source} is neither JSON (listRecords) nor a CAR file (com.atproto.sync.getRepo) "
+            "with a CID as its root"
         ) from None
-    blocks: dict[str, Any] = {str(cid): block for cid, block in car.blocks.items()}
-    root = str(car.root)
     commit = blocks.get(root)
     if not isinstance(commit, dict) or not isinstance(commit.get("did"), str) or "data" not in commit:
         raise RecordError(f"{source}: the root block is not a repo commit (needs did and data)")

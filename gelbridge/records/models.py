@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import re
 from datetime import UTC, datetime
+from collections.abc import Callable
 from typing import Annotated, Any, ClassVar, Literal, Self, Union
 
 import orjson
@@ -39,6 +40,7 @@ from pydantic_core import PydanticCustomError, core_schema
 
 from gelbridge.errors import RecordError
 from gelbridge.records.codec import bytes_json, bytes_validator, cbor_size, decode_link, to_json_form
+from gelbridge.records.nesting import check_value, may_exceed
 from gelbridge.records.constants import (
     CONVERSATION_COLLECTION,
     ENCRYPTED_CONTENT_TYPE,
@@ -648,17 +650,23 @@ def _bytes_as_blanks(o: Any) -> Any:
     raise TypeError
 
 
-def _record_size(value: dict[str, Any]) -> int:
-    """``cbor_size(value)``, skipped (0) for values that are surely small.
+def _record_size(value: dict[str, Any], what: Callable[[], str] = lambda: "record") -> int:
+    """``cbor_size(value)``, skipped (0) for values that are surely small; before it, the
+    nesting limit and valid Unicode (``nesting.check_value``: RecordError), unless the
+    compact JSON shows the value cannot break them.
 
     ``orjson.dumps`` is ~10x cheaper than walking the value; it takes the CBOR form too
-    (raw bytes stand in as blanks). Anything it cannot write takes the exact path.
+    (raw bytes stand in as blanks). Anything it cannot write (nested past 255 levels, a
+    lone surrogate, an integer beyond 64 bits) takes the exact path.
     """
     try:
-        if len(orjson.dumps(value, default=_bytes_as_blanks)) <= _SMALL_JSON:
-            return 0
+        dumped: bytes | None = orjson.dumps(value, default=_bytes_as_blanks)
     except (TypeError, orjson.JSONEncodeError):
-        pass
+        dumped = None
+    if dumped is None or may_exceed(dumped):
+        check_value(value, what())
+    if dumped is not None and len(dumped) <= _SMALL_JSON:
+        return 0
     return cbor_size(value)
 
 
@@ -672,7 +680,7 @@ class _Record(LexObject):
         if t is not None and t != cls.LEXICON_TYPE:
             what = f"record {uri}" if uri else f"{cls.LEXICON_TYPE} record"
             raise RecordError(f"{what}: $type must be {cls.LEXICON_TYPE!r}")
-        size = _record_size(value)
+        size = _record_size(value, lambda: f"record {uri}" if uri else f"{cls.LEXICON_TYPE} record")
         if size > MAX_RECORD_BYTES:
             what = f"record {uri}" if uri else f"{cls.LEXICON_TYPE} record"
             raise RecordError(

@@ -18,6 +18,7 @@ import logging
 from collections import deque
 from collections.abc import Awaitable, Callable
 
+from gelbridge.errors import where_it_failed
 from gelbridge.worker.turn import TurnJob, TurnReport
 
 log = logging.getLogger("gelbridge.worker.scheduler")
@@ -132,7 +133,7 @@ class Scheduler:
                     self.completed += 1
                     if not task.cancelled() and task.exception() is not None:
                         exc = task.exception()
-                        log.error("turn %s crashed (%s)", job.ask.reply_rkey, type(exc).__name__, exc_info=exc)
+                        log.error("turn %s crashed (%s)", job.ask.reply_rkey, where_it_failed(exc))
         finally:
             if not q:
                 self._queues.pop(conversation, None)

@@ -429,10 +429,23 @@ class Worker:
             except PdsError as e:
                 log.warning("backfill: message %s not handled (%s)", rkey, type(e).__name__)
                 continue
+            except Exception as e:  # noqa: BLE001 - one record never stops the backfill (or the start)
+                self._record_failed(rkey, e, "backfill")
+                continue
             if result == "resumed":
                 rep.resumed += 1
         rep.unfinished_claims = await self.recover_claims()
         return rep
+
+    def _record_failed(self, rkey: str, e: Exception, where: str) -> None:
+        """A record (or claim) nothing could handle: logged by kind, remembered, skipped."""
+        kind = getattr(e, "kind", None) if isinstance(e, GelbridgeError) else None
+        log.error("%s: %s failed (%s); skipped", where, rkey, type(e).__name__)  # no text: it may quote content
+        try:
+            self.store.record_error(kind if isinstance(kind, str) else "internal", account=self.did,
+                                    record_key=rkey, where=where)
+        except Exception:  # noqa: BLE001 - the state store may be what failed
+            pass
 
     async def recover_claims(self) -> int:
         """Finish claims of this worker left unfinished (crash, PDS outage during a claim)."""
@@ -445,6 +458,8 @@ class Worker:
                 await self._recover(claim)
             except PdsError as e:
                 log.warning("recovery of %s postponed (%s)", claim.reply_rkey, type(e).__name__)
+            except Exception as e:  # noqa: BLE001 - one claim never stops the sweep
+                self._record_failed(claim.reply_rkey, e, "recovery")
         return n
 
     async def _recover(self, claim: Claim) -> None:

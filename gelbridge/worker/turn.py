@@ -29,6 +29,7 @@ from gelbridge.errors import (
     SealingError,
     StateError,
     ThreadError,
+    where_it_failed,
 )
 from gelbridge.lux import LuxResponse, Options, StreamAccumulator
 from gelbridge.mapping import (
@@ -619,7 +620,7 @@ async def run_turn(deps: TurnDeps, job: TurnJob) -> TurnReport:
         error = ReplyError(kind=error_kind, message=msg)
         log.warning("reply %s failed: %s (%s)", job.ask.reply_rkey, error_kind, type(e).__name__)
         if not isinstance(e, GelbridgeError):
-            log.debug("reply %s traceback", job.ask.reply_rkey, exc_info=True)
+            log.info("reply %s: %s", job.ask.reply_rkey, where_it_failed(e))
     stop_reads(reads_token)
 
     try:

@@ -26,6 +26,7 @@ from gelbridge.errors import (
 )
 from gelbridge.records import PlainContent
 from gelbridge.records.models import EncryptedContent, record_error
+from gelbridge.records.nesting import MAX_DEPTH
 from gelbridge.sealing import SCHEME, Keyring, _encrypt, open_content, seal_content
 
 from sealing_uris import URI
@@ -110,7 +111,6 @@ REJECTED = [
     pytest.param(doc('"n":+1'), id="plus-sign"),
     pytest.param(doc('"n":[1,]'), id="trailing-comma-array"),
     pytest.param(doc('"n":1,'), id="trailing-comma-object"),
-    pytest.param(doc(f'"n":{nested(1100)}'), id="nesting-beyond-orjson-limit"),
     pytest.param(b"", id="empty"),
     pytest.param(b"NaN", id="top-level-NaN"),
 ]
@@ -164,12 +164,22 @@ def test_escapes_surrogate_pairs_and_whitespace(ring: Keyring) -> None:
     assert pc.parts[0].text == "a\U0001f600\x00/\n\x7fé"
 
 
-def test_nesting_deeper_than_jiters_limit_is_accepted_as_orjson_does(ring: Keyring) -> None:
-    pc = opened(ring, doc(f'"deep":{nested(300)}'))
+def test_nesting_up_to_the_limit_is_accepted(ring: Keyring) -> None:
+    pc = opened(ring, doc(f'"deep":{nested(MAX_DEPTH - 1)}'))  # the content object is level 1
     depth, v = 0, pc.model_extra["deep"]
     while isinstance(v, list):
         depth, v = depth + 1, v[0]
-    assert depth == 299 and v == {}
+    assert depth == MAX_DEPTH - 2 and v == {}
+
+
+@pytest.mark.parametrize("levels", [MAX_DEPTH, 300, 1100, 100_000])
+def test_nesting_past_the_limit_is_a_record_error_before_anything_recurses(ring: Keyring, levels: int) -> None:
+    """Past gelbridge's nesting limit (and past orjson's 1,024 and Python's recursion
+    limit) sealed content is ``bad_record``: one clear error, never RecursionError."""
+    with pytest.raises(RecordError) as ei:
+        open_content(sealed(doc(f'"deep":{nested(levels)}'), ring), uri=URI, keyring=ring)
+    assert str(ei.value) == f"sealed content of {URI} is nested deeper than {MAX_DEPTH} levels (gelbridge's limit)"
+    assert ei.value.kind == "bad_record"
 
 
 def test_field_errors_name_the_field(ring: Keyring) -> None:
