@@ -237,7 +237,8 @@ class Bridge:
         self._tasks = [asyncio.create_task(self._dispatch(q), name=f"bridge-shard-{i}")
                        for i, q in enumerate(self._shards)]
         for ctx in self._by_did.values():  # the same upkeep as gelbridge run, per account
-            self._tasks.append(asyncio.create_task(ctx.worker.sweep_loop(self._sweep_interval),
+            self._tasks.append(asyncio.create_task(ctx.worker.sweep_loop(self._sweep_interval,
+                                                                         at_start=not self.backfill_on_start),
                                                    name=f"sweep-{ctx.label}"))
             if self.backfill_on_start:
                 self._tasks.append(asyncio.create_task(backfill_logged(ctx.label, ctx.worker),

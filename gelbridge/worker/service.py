@@ -490,9 +490,13 @@ class Worker:
         except ClaimConflict:
             self.store.update_claim_status(self.did, claim.reply_rkey, "cancelled", "claimed_elsewhere")
 
-    async def sweep_loop(self, interval: float = 30.0) -> None:
+    async def sweep_loop(self, interval: float = 30.0, *, at_start: bool = False) -> None:
         """Until cancelled: :meth:`recover_claims` every ``interval`` s, and at once after
-        :meth:`reconnected`. A failed sweep is logged; the next one tries again."""
+        :meth:`reconnected` (and, with ``at_start``, right away: without a backfill, which
+        ends with a sweep, a reply a crash left unfinished would wait ``interval``). A
+        failed sweep is logged; the next one tries again."""
+        if at_start:
+            self._sweep_wake.set()
         while True:
             try:
                 await asyncio.wait_for(self._sweep_wake.wait(), interval)
@@ -532,7 +536,7 @@ class Worker:
                           f"{rep.resumed} unfinished resumed, {rep.unfinished_claims} claim(s) recovered")
             if isinstance(self.source, PollSource):
                 self._tasks.append(asyncio.create_task(self.source.run(), name=name))
-            self._tasks.append(asyncio.create_task(self.sweep_loop(), name="sweep"))
+            self._tasks.append(asyncio.create_task(self.sweep_loop(at_start=not s.worker.backfill), name="sweep"))
             self._say("ready: answering messages (Ctrl-C to stop)")
             if ready is not None:
                 ready.set()

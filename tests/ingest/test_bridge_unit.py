@@ -35,6 +35,7 @@ class StandInWorker:
         self.closed = False
         self.backfills = 0
         self.sweep_interval: float | None = None
+        self.sweep_at_start: bool | None = None
 
     async def start(self) -> None: ...
 
@@ -49,8 +50,9 @@ class StandInWorker:
         self.backfills += 1
         return SimpleNamespace(owed=0, resumed=0)
 
-    async def sweep_loop(self, interval: float) -> None:
+    async def sweep_loop(self, interval: float, *, at_start: bool = False) -> None:
         self.sweep_interval = interval
+        self.sweep_at_start = at_start
         await asyncio.Event().wait()  # until cancelled
 
     async def aclose(self, grace: float | None = None) -> None:
@@ -105,9 +107,11 @@ async def test_every_account_gets_the_upkeep_of_gelbridge_run(tmp_path: Path) ->
             await asyncio.sleep(0.01)
         assert (wa.backfills, wb.backfills) == (1, 1)
         assert wa.sweep_interval == wb.sweep_interval == 7.0
-    async with bridge(tmp_path) as b:  # backfill=False
+        assert wa.sweep_at_start is False  # the backfill ends with a sweep
+    async with bridge(tmp_path) as b:  # backfill=False: the first sweep runs at once
         await asyncio.sleep(0.05)
         assert worker_of(b, A).backfills == 0 and worker_of(b, A).sweep_interval == 30.0
+        assert worker_of(b, A).sweep_at_start is True
 
 
 async def test_a_worker_whose_session_is_another_account_is_refused(tmp_path: Path) -> None:

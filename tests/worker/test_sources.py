@@ -214,3 +214,27 @@ async def test_poll_retries_a_transient_failure_at_the_next_poll_and_skips_one_t
     assert await src.poll_once() == 1  # "later" went through; "bad" is not tried again
     assert await src.poll_once() == 0
     assert calls == ["ok", "bad", "later", "later"]
+
+
+async def test_a_sweep_loop_asked_to_sweep_at_start_does_not_wait_for_its_interval() -> None:
+    """Without a backfill (``Bridge(backfill=False)``) a reply a crash left streaming is
+    finished right after start, not after the first 30 s interval."""
+    from gelbridge.worker.service import Worker
+
+    class Sweeping:
+        def __init__(self) -> None:
+            self._sweep_wake = asyncio.Event()
+            self.sweeps = 0
+
+        async def recover_claims(self) -> int:
+            self.sweeps += 1
+            return 0
+
+    for at_start, expected in ((True, 1), (False, 0)):
+        w = Sweeping()
+        task = asyncio.create_task(Worker.sweep_loop(w, 30.0, at_start=at_start))  # type: ignore[arg-type]
+        await asyncio.sleep(0.2)
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+        assert w.sweeps == expected
