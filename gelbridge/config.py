@@ -80,6 +80,9 @@ class ProviderConfig(_Section):
     headers: dict[str, str] = Field(default_factory=dict)
     connect_timeout: float = 10.0
     read_timeout: float = 120.0
+    #: seconds one model call may take in all: every retry and the whole stream included
+    #: (a provider trickling keep-alives never outlasts it); ends the reply with ``timeout``
+    deadline: float = Field(600.0, gt=0)
     max_retries: int = 3
     tool_call_id: ToolCallIdConfig | None = None
 
@@ -100,6 +103,9 @@ class RepliesConfig(_Section):
     #: answer messages the app sent as ``plainContent`` (with a plain reply); false: such a
     #: message gets an error reply, before any model call
     allow_plain: bool = True
+    #: the largest putRecord request body the PDS accepts (the reference PDS: 150 KiB of
+    #: JSON); a reply is cut to fit one write (finishReason ``length``)
+    max_write_bytes: int = Field(150 * 1024, ge=16 * 1024)
 
 
 class ThreadConfig(_Section):
@@ -119,6 +125,9 @@ class WorkerConfig(_Section):
     shutdown_grace: float = Field(10.0, ge=0)
     stale_claim_after: float | None = Field(900.0, gt=0)
     backfill: bool = True
+    #: seconds one reply may take from start to final write: every model call, tool and
+    #: step included; ends the reply with ``timeout``
+    turn_deadline: float = Field(1800.0, gt=0)
 
 
 class AccountEntry(_Section):

@@ -224,3 +224,12 @@ def where_it_failed(error: BaseException) -> str:
     frames = traceback.extract_tb(error.__traceback__)[-8:]
     trail = " <- ".join(f"{f.filename.rsplit('/', 1)[-1]}:{f.lineno} {f.name}" for f in reversed(frames))
     return f"{type(error).__name__} at {trail}" if trail else type(error).__name__
+
+
+def is_refused_write(error: BaseException) -> bool:
+    """A record write that is refused however often it is tried: gelbridge's own record
+    or sealing checks, or the PDS answering 400 (not a valid record) or 413 (too large).
+    Outages, rate limits, expired sessions and swap conflicts are not refusals."""
+    if isinstance(error, (RecordError, SealingError)):
+        return True
+    return type(error) is PdsError and error.status in (400, 413)

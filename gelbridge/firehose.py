@@ -97,7 +97,8 @@ def commit_events(
 
     The repo, the op paths and the seq are checked before the ``blocks`` CAR is decoded
     (only when some op of ours is not a delete). A malformed CID counts as missing.
-    Raises :class:`FirehoseError` for undecodable blocks.
+    Undecodable blocks (a malformed CAR, a record nested too deep for the CBOR decoder)
+    leave the ops without a record: the reader fetches those from the PDS.
     """
     repo = _get(body, "repo")
     if not isinstance(repo, str) or (did_filter is not None and repo not in did_filter):
@@ -117,12 +118,11 @@ def commit_events(
             raw_blocks = raw_blocks.encode("latin-1")
         try:
             blocks = CAR.from_bytes(raw_blocks).blocks
-        except RecursionError:
-            # a record nested too deep for the CBOR decoder: its ops carry no record, so
-            # the worker reads it from the PDS (as for a tooBig commit) and rejects it there
+        except Exception:  # noqa: BLE001 - libipld: ValueError (also for a block nested too deep)
+            # the ops then carry no record, so the worker reads each from the PDS (as for a
+            # tooBig commit) and judges it there: one bad block never wedges the stream
+            log.warning("commit seq %s of %s has undecodable blocks; reading its records from the PDS", seq, repo)
             blocks = {}
-        except Exception as e:  # libipld raises plain ValueError on a bad CAR
-            raise FirehoseError(f"commit seq {seq} of {repo} has undecodable blocks: {e}") from None
     events: list[RepoEvent] = []
     for op in ops:
         action = _get(op, "action")

@@ -1109,7 +1109,7 @@ class TransportPool:
         policy = self._retry(cfg) if self._retry else RetryPolicy(max_retries=cfg.max_retries)
         tr = ProviderTransport(
             name, cfg.base_url, headers=headers, connect_timeout=cfg.connect_timeout,
-            read_timeout=cfg.read_timeout, retry=policy,
+            read_timeout=cfg.read_timeout, deadline=cfg.deadline, retry=policy,
             http_transport=self._http_transport(name) if self._http_transport else None,
         )
         self._transports[name] = tr

@@ -50,7 +50,7 @@ from gelbridge.worker.intake import deliver, run_until, stop_tasks, watch_source
 from gelbridge.worker.repo import SIDE_RECORD_TYPES, Entry, RepoView, SideRecords
 from gelbridge.worker.scheduler import Scheduler
 from gelbridge.worker.sources import FirehoseSource, PollSource, firehose_cursor_key
-from gelbridge.worker.turn import TurnDeps, TurnJob, TurnReport, run_turn
+from gelbridge.worker.turn import WRITE_REFUSED, TurnDeps, TurnJob, TurnReport, run_turn, write_refused_reply
 from gelbridge.worker.writer import ReplyWriter
 
 log = logging.getLogger("gelbridge.worker")
@@ -327,6 +327,7 @@ class Worker:
             self.pds, self.view, reply_rkey=ask.reply_rkey, message_rkey=ask.message_rkey,
             conversation=ask.conversation, key_id=ask.key_id, keyring=self.keyring,
             update_interval=self.settings.replies.update_interval,
+            max_write_bytes=self.settings.replies.max_write_bytes,
         )
 
     async def _claim_and_submit(self, ask: Ask, received: float, *, existing: Any) -> str:
@@ -334,10 +335,10 @@ class Worker:
         if self.scheduler.is_active(rk):
             return "active"
         prior: Claim | None = self.store.get_claim(self.did, rk)
-        if prior is not None and prior.account != self.did:
-            prior = None
         if prior is not None and prior.status in FINISHED_STATUSES:
             return "done"
+        if prior is not None and prior.error_kind == WRITE_REFUSED:
+            return await self._finish_refused(ask)
         ours = prior is not None
         writer = self._writer(ask)
         if existing is _UNKNOWN and ours:
@@ -378,6 +379,21 @@ class Worker:
         self._submit(ask, writer, received, resumed=True, resume_from=(cid, value),
                      takeover=decision == "takeover")
         return "resumed"
+
+    async def _finish_refused(self, ask: Ask) -> str:
+        """A reply whose final write the PDS refused for good: write the minimal error
+        reply (again), never the turn: the model is not called a second time."""
+        existing = await self.view.get(ask.reply_rkey, fresh=True)
+        if existing is None:
+            self.store.update_claim_status(self.did, ask.reply_rkey, "cancelled")
+            return "done"
+        if existing[1].get("status") in FINAL_STATUSES:
+            self.store.update_claim_status(self.did, ask.reply_rkey, existing[1]["status"], WRITE_REFUSED)
+            return "done"
+        writer = self._writer(ask)
+        writer.adopt(*existing)
+        status, _ = await write_refused_reply(self.deps, writer, ask.reply_rkey)
+        return "done" if status != "unfinished" else "postponed"
 
     def _submit(self, ask: Ask, writer: ReplyWriter, received: float, *, resumed: bool = False,
                 resume_from: Entry | None = None, takeover: bool = False) -> None:

@@ -15,7 +15,7 @@ import time
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 from gelbridge.config import Settings
 from gelbridge.errors import (
@@ -29,6 +29,7 @@ from gelbridge.errors import (
     SealingError,
     StateError,
     ThreadError,
+    is_refused_write,
     where_it_failed,
 )
 from gelbridge.lux import LuxResponse, Options, StreamAccumulator
@@ -85,7 +86,7 @@ from gelbridge.worker.decide import Ask, error_message, reply_error_kind
 from gelbridge.worker.repo import RepoView, SideRecords, load_thread
 from gelbridge.worker.resume import DENIED_NOT_RUN, ResumePoint, resume_point
 from gelbridge.worker.timing import ReadClock, reading, start_reads, stop_reads
-from gelbridge.worker.writer import ReplyWriter
+from gelbridge.worker.writer import ReplyWriter, content_bytes, fit_parts
 
 log = logging.getLogger("gelbridge.worker.turn")
 
@@ -494,6 +495,8 @@ async def _answer(deps: TurnDeps, job: TurnJob, state: dict[str, Any], timer: _T
         )
         acc = StreamAccumulator(provider=provider, model=model_id)
         prefix = list(parts)
+        budget = job.writer.content_budget
+        size = _StreamSize(content_bytes(prefix), budget)
 
         def partial_parts(acc: StreamAccumulator = acc, prefix: list[Part] = prefix) -> list[Part]:
             draft = response_to_parts(
@@ -503,29 +506,43 @@ async def _answer(deps: TurnDeps, job: TurnJob, state: dict[str, Any], timer: _T
             )
             return prefix + _cut_calls(draft.parts)
 
-        def on_event(ev: Any, acc: StreamAccumulator = acc) -> None:
+        def on_event(ev: Any, acc: StreamAccumulator = acc, size: _StreamSize = size,
+                     partial_parts: Callable[[], list[Part]] = partial_parts) -> None:
             acc.feed(ev)
+            if size.grew(ev) and content_bytes(partial_parts()) > size.budget:
+                raise _ReplyFull  # stop reading: the rest could not be written anyway
             job.writer.maybe_progress(partial_parts)
 
         state["partial"] = partial_parts
+        state["streaming"] = acc
         t0 = time.perf_counter()
         try:
             result = await deps.model.complete(conv.value, provider=provider, stream=True, on_event=on_event)
+            response: LuxResponse = result.response
+            full = False
+        except _ReplyFull:
+            response, full = acc.result(), True
         finally:
             timer.model_ms += (time.perf_counter() - t0) * 1000
-        response: LuxResponse = result.response
+        state["streaming"] = None  # kept on failure: its usage is billed (run_turn)
         draft = response_to_parts(
             response, provider=provider, model=model_id, needs_approval=approval_needed,
             call_ids=call_ids, sources=sources, seen_urls=seen_urls,
             max_parts=max(0, MAX_PARTS - len(parts)),
         )
-        parts = parts + draft.parts
-        state["partial"] = None
-        state["parts"] = parts
-        state["finish"] = draft.finish_reason
         if draft.usage is not None:
             usage_total.append(draft.usage)
-            state["usage"] = _sum_usage(usage_total)
+        state["usage"] = _sum_usage(usage_total) if usage_total else None
+        step_parts = _cut_calls(draft.parts) if full else draft.parts  # a cut step runs no call
+        fitted, cut = fit_parts(parts + step_parts, budget)
+        state["partial"] = None
+        state["parts"] = parts = fitted
+        state["finish"] = draft.finish_reason
+        if full or cut:
+            log.warning("reply %s: the answer outgrew one record (%d bytes of content allowed); cut there, "
+                        "finishReason length", ask.reply_rkey, budget)
+            state["finish"] = "length"
+            return STATUS_COMPLETE
         runnable = [ToolCall(c.call_id, c.tool, c.input) for c in draft.runnable_calls]
         if runnable:
             if job.writer.can_write_parts:  # durable before any call begins (worker.resume)
@@ -533,8 +550,13 @@ async def _answer(deps: TurnDeps, job: TurnJob, state: dict[str, Any], timer: _T
                                      [_digest(p) for p in draft.parts if type(p) is ToolCallPart])
                 await job.writer.checkpoint(parts)
             results = await _run_tools(deps, job, runnable, journal_key)
-            parts = with_results(parts, results)
+            parts, cut = fit_parts(with_results(parts, results), budget)
             state["parts"] = parts
+            if cut:  # tool results outgrew the record: no further step could be written
+                log.warning("reply %s: tool results outgrew one record; cut there, finishReason length",
+                            ask.reply_rkey)
+                state["finish"] = "length"
+                return STATUS_COMPLETE
         if draft.awaiting_approval:
             return STATUS_AWAITING_APPROVAL
         if not runnable:
@@ -542,6 +564,36 @@ async def _answer(deps: TurnDeps, job: TurnJob, state: dict[str, Any], timer: _T
         if len(parts) >= MAX_PARTS:
             return STATUS_COMPLETE
     return STATUS_COMPLETE
+
+
+class _ReplyFull(Exception):
+    """The streamed answer no longer fits one record: stop reading the stream."""
+
+
+class _StreamSize:
+    """When to measure a streaming reply against its size budget: the characters
+    streamed are counted cheaply per event, and the parts are measured exactly (JSON)
+    only once that count passes half the budget, then after every further sixteenth."""
+
+    __slots__ = ("seen", "budget", "next_check", "step")
+
+    def __init__(self, start: int, budget: int) -> None:
+        self.seen = start
+        self.budget = budget
+        self.step = max(4096, budget // 16)
+        self.next_check = budget // 2
+
+    def grew(self, ev: Any) -> bool:
+        """Count ``ev``'s delta; True when a measurement is due."""
+        d = getattr(ev, "delta", None)
+        if d is None:
+            return False
+        n = len(getattr(d, "text", None) or getattr(d, "arguments", None) or getattr(d, "signature", None) or "")
+        self.seen += n * 2 if n else 64  # JSON escapes and UTF-8 may double a character's size
+        if self.seen < self.next_check:
+            return False
+        self.next_check = self.seen + self.step
+        return True
 
 
 def _sum_usage(us: list[Usage]) -> Usage:
@@ -595,10 +647,26 @@ async def run_turn(deps: TurnDeps, job: TurnJob) -> TurnReport:
                 pass
         return list(state.get("parts") or [])
 
+    def usage_so_far() -> Usage | None:
+        """The usage of the finished steps plus what the step in flight reported."""
+        steps = [u for u in (state.get("usage"),) if u is not None]
+        acc = state.get("streaming")
+        if acc is not None:
+            try:
+                live = map_usage(acc.result().usage)
+            except Exception:  # noqa: BLE001 - best effort
+                live = None
+            if live is not None:
+                steps.append(live)
+        return _sum_usage(steps) if steps else None
+
     error: ReplyError | None = None
     reads_token = start_reads(timer.reads)
+    deadline = deps.settings.worker.turn_deadline
+    turn_clock = asyncio.timeout(deadline)
     try:
-        status = await _answer(deps, job, state, timer)
+        async with turn_clock:
+            status = await _answer(deps, job, state, timer)
         parts = list(state["parts"])
     except asyncio.CancelledError as e:
         cancelled = e
@@ -615,7 +683,11 @@ async def run_turn(deps: TurnDeps, job: TurnJob) -> TurnReport:
         return TurnReport("lost", "claim_lost", _timing(deps, job, "lost", queue_ms, start, timer), state["steps"])
     except Exception as e:  # noqa: BLE001 - every failure after the claim becomes an error reply
         parts = current_parts()
-        error_kind, msg = _error_of(e)
+        if isinstance(e, TimeoutError) and turn_clock.expired():
+            error_kind, msg = "timeout", error_message("timeout", detail=(
+                f"the reply took longer than gelbridge's turn deadline ({deadline:g} s, [worker] turn_deadline)"))
+        else:
+            error_kind, msg = _error_of(e)
         status = STATUS_ERROR
         error = ReplyError(kind=error_kind, message=msg)
         log.warning("reply %s failed: %s (%s)", job.ask.reply_rkey, error_kind, type(e).__name__)
@@ -623,9 +695,16 @@ async def run_turn(deps: TurnDeps, job: TurnJob) -> TurnReport:
             log.info("reply %s: %s", job.ask.reply_rkey, where_it_failed(e))
     stop_reads(reads_token)
 
+    # every ending says what is known: the model (once chosen), the effort applied, the
+    # usage billed so far, and a finish reason ("error" for an error)
+    usage = usage_so_far()
+    finish = "error" if status == STATUS_ERROR else map_finish_reason(state.get("finish"))
     try:
         if not writer.can_write_parts:
             parts = []
+        parts, cut = fit_parts(parts, writer.content_budget)
+        if cut and status == STATUS_COMPLETE:
+            finish = "length"
         if status == STATUS_AWAITING_APPROVAL:  # before the write: only these may run on approval
             deps.store.add_calls(deps.did, job.ask.reply_rkey,
                                  [_digest(p) for p in waiting_call_parts(parts)], waiting=True)
@@ -634,8 +713,8 @@ async def run_turn(deps: TurnDeps, job: TurnJob) -> TurnReport:
             status=status,
             model=state.get("model"),
             effort=state.get("effort"),
-            usage=state.get("usage"),
-            finish_reason=map_finish_reason(state.get("finish")) if status != STATUS_ERROR else None,
+            usage=usage,
+            finish_reason=finish,
             error=error,
         )
         if cancelled is not None:
@@ -650,11 +729,17 @@ async def run_turn(deps: TurnDeps, job: TurnJob) -> TurnReport:
         deps.store.update_claim_status(deps.did, job.ask.reply_rkey, "cancelled", "claim_lost")
         error_kind = "claim_lost"
         status = "lost"
-    except Exception as e:  # noqa: BLE001 - the final write failed: leave the claim unfinished for recovery
-        log.error("final write of %s failed (%s); it stays claimed and is finished on restart",
-                  job.ask.reply_rkey, type(e).__name__)
-        error_kind = "write_failed"
-        status = "unfinished"
+    except Exception as e:  # noqa: BLE001 - the final write failed
+        if is_refused_write(e):  # never retried: the model is not asked again either
+            log.error("final write of %s was refused (%s); writing a minimal error reply instead",
+                      job.ask.reply_rkey, type(e).__name__)
+            status, error_kind = await write_refused_reply(deps, writer, job.ask.reply_rkey, model=state.get("model"),
+                                                          effort=state.get("effort"), usage=usage)
+        else:  # leave the claim unfinished: recovery finishes it
+            log.error("final write of %s failed (%s); it stays claimed and is finished on restart",
+                      job.ask.reply_rkey, type(e).__name__)
+            error_kind = "write_failed"
+            status = "unfinished"
     if error_kind is not None:
         try:
             deps.store.record_error(_label(error_kind), account=deps.did, record_key=job.ask.reply_rkey, where="turn")
@@ -664,6 +749,35 @@ async def run_turn(deps: TurnDeps, job: TurnJob) -> TurnReport:
     if cancelled is not None:
         raise cancelled
     return TurnReport(status, error_kind, timing, state["steps"], writer.progress_writes)
+
+
+WRITE_REFUSED = "write_refused"
+REFUSED_MESSAGE = ("the reply could not be stored: the PDS refused it (too large or not a valid record); "
+                   "ask again")
+
+
+async def write_refused_reply(
+    deps: TurnDeps, writer: ReplyWriter, reply_rkey: str, *, model: ModelRef | None = None,
+    effort: str | None = None, usage: Usage | None = None,
+) -> tuple[str, str]:
+    """After the PDS refused a reply's final write for good: write a minimal error reply
+    (no content). If even that fails, the claim is marked ``write_refused`` (still
+    unfinished), so the recovery sweep retries this minimal write, never the turn (no
+    second model call). Returns ``(status, error_kind)`` for the report."""
+    try:
+        await writer.final([], status=STATUS_ERROR, model=model, effort=effort, usage=usage, finish_reason="error",
+                           error=ReplyError(kind="server_error", message=error_message("server_error",
+                                                                                      detail=REFUSED_MESSAGE)))
+    except ClaimConflict:
+        deps.store.update_claim_status(deps.did, reply_rkey, "cancelled", "claim_lost")
+        return "lost", "claim_lost"
+    except Exception as e:  # noqa: BLE001
+        log.error("minimal error reply for %s not written either (%s); the sweep retries it", reply_rkey,
+                  type(e).__name__)
+        deps.store.update_claim_status(deps.did, reply_rkey, "pending", WRITE_REFUSED)
+        return "unfinished", WRITE_REFUSED
+    deps.store.update_claim_status(deps.did, reply_rkey, STATUS_ERROR, WRITE_REFUSED)
+    return STATUS_ERROR, WRITE_REFUSED
 
 
 def _label(s: str) -> str:

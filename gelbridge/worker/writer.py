@@ -14,6 +14,12 @@
 - **final**: sealed parts, model, effort, usage, finishReason, status, error,
   updatedAt.
 
+**Size.** Every write must fit one PDS request (the reference PDS takes 150 KiB of JSON;
+``[replies] max_write_bytes``). :attr:`ReplyWriter.content_budget` is how many bytes of
+content JSON that leaves once sealed (base64 grows it by a third); :func:`fit_parts`
+cuts a list of parts to it (the turn then ends with ``finishReason: "length"``); a
+progress write is cut the same way.
+
 Every write after the claim swaps on the CID this writer last wrote, so a reply that
 someone else changed (another worker took it over, the app deleted it) is never
 overwritten: the write raises :class:`~gelbridge.errors.ClaimConflict` and the turn
@@ -31,6 +37,8 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+import orjson
+
 from gelbridge.errors import ClaimConflict, GelbridgeError
 from gelbridge.records.constants import (
     MESSAGE_COLLECTION,
@@ -44,7 +52,11 @@ from gelbridge.records.models import (
     ModelRef,
     Part,
     PlainContent,
+    ReasoningPart,
     ReplyError,
+    TextPart,
+    ToolCallPart,
+    ToolResultPart,
     Usage,
     now_datetime,
 )
@@ -93,6 +105,49 @@ def reply_value(
     return v
 
 
+#: Room a reply record needs besides its content: the other fields, the putRecord
+#: envelope, the sealed-content wrapper (generous: these are a few hundred bytes).
+RECORD_OVERHEAD_BYTES = 4096
+
+
+def content_budget(max_write_bytes: int) -> int:
+    """Bytes of content JSON that fit a write of ``max_write_bytes`` once sealed
+    (16-byte tag, base64 in the request JSON) with the rest of the record beside it."""
+    return max(0, (max_write_bytes - RECORD_OVERHEAD_BYTES) * 3 // 4 - 16)
+
+
+def content_bytes(parts: Sequence[Part]) -> int:
+    """Size of the content JSON of ``parts`` (what is sealed)."""
+    return len(orjson.dumps(PlainContent(parts=list(parts)).to_value()))
+
+
+def fit_parts(parts: Sequence[Part], budget: int) -> tuple[list[Part], bool]:
+    """``parts`` cut to at most ``budget`` bytes of content JSON, and whether anything
+    was cut (pure). Parts are dropped from the end; the last one kept, if it is text or
+    reasoning, is shortened to what fits (whole characters)."""
+    out = list(parts)
+    if content_bytes(out) <= budget:
+        return out, False
+    while out and content_bytes(out) > budget:
+        last = out.pop()
+        if type(last) is ToolResultPart and out and type(out[-1]) is ToolCallPart and out[-1].call_id == last.call_id:
+            out.pop()  # a call goes with its result (PROTOCOL.md §5): never one without the other
+            continue
+        if type(last) is TextPart or type(last) is ReasoningPart:
+            text = last.text
+            lo, hi = 0, len(text)  # the longest prefix that fits: binary search
+            while lo < hi:
+                mid = (lo + hi + 1) // 2
+                if content_bytes([*out, last.model_copy(update={"text": text[:mid]})]) <= budget:
+                    lo = mid
+                else:
+                    hi = mid - 1
+            if lo > 0:
+                out.append(last.model_copy(update={"text": text[:lo]}))
+                break
+    return out, True
+
+
 class ReplyWriter:
     """Writes one reply record; serialises its writes and tracks the CID to swap on."""
 
@@ -107,6 +162,7 @@ class ReplyWriter:
         key_id: str | None,
         keyring: Mapping[str, bytes],
         update_interval: float = 2.0,
+        max_write_bytes: int = 150 * 1024,
         created_at: str | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
@@ -118,6 +174,7 @@ class ReplyWriter:
         self.key_id = key_id
         self.keyring = keyring
         self.update_interval = update_interval
+        self.content_budget = content_budget(max_write_bytes)
         self.created_at = created_at or now_datetime()
         self.uri = AtUri(view.did, MESSAGE_COLLECTION, reply_rkey)
         self.cid: str | None = None
@@ -208,6 +265,7 @@ class ReplyWriter:
 
     async def _progress(self, parts: list[Part]) -> None:
         try:
+            parts, _ = fit_parts(parts, self.content_budget)  # a progress write is a preview: cut quietly
             value = reply_value(
                 conversation=self.conversation, parent=self.message_rkey, content=self.content(parts),
                 status=STATUS_STREAMING, created_at=self.created_at, updated_at=now_datetime(),

@@ -31,9 +31,12 @@ def test_other_collections_are_skipped_without_decoding_blocks() -> None:
     assert decode_frame(commit(ME, ["app.bsky.feed.post/k"]), {ME}) == (7, [])
 
 
-def test_garbage_blocks_of_a_wanted_op_are_an_error() -> None:
-    with pytest.raises(FirehoseError, match="blocks"):
-        decode_frame(commit(ME, [f"{MSG}/k"]), {ME})
+def test_garbage_blocks_of_a_wanted_op_leave_it_without_a_record_to_read_from_the_pds() -> None:
+    """An undecodable CAR (garbage, or a record nested too deep for the CBOR decoder)
+    never wedges the stream: the op comes through without its record, which the worker
+    then reads from the PDS, as for a tooBig commit."""
+    seq, events = decode_frame(commit(ME, [f"{MSG}/k"]), {ME})
+    assert seq == 7 and [(e.rkey, e.record) for e in events] == [("k", None)]
 
 
 def test_delete_needs_no_blocks() -> None:
