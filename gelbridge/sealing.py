@@ -43,7 +43,7 @@ from gelbridge.errors import (
     UnknownKeyError,
     UnknownSchemeError,
 )
-from gelbridge.records.codec import bytes_json
+from gelbridge.records.codec import b64decode, bytes_json
 from gelbridge.records.keys import AtUri
 from gelbridge.records import nesting
 from gelbridge.records.nesting import MAX_DEPTH, check_value, may_exceed
@@ -386,8 +386,46 @@ def _try_open(enc: EncryptedContent, uri: str, key: bytes) -> bytes | None:
     return _decrypt(enc.ciphertext, _ad(uri, enc.key_id), enc.nonce, key)
 
 
-def _open_failed(enc: EncryptedContent, uri_s: str, key: bytes, candidate_uris: Iterable[str | AtUri]) -> SealingError:
+class CopySources:
+    """Which records a sealed value that fails to open may have been copied from: those
+    holding the same nonce (a copy keeps its nonce and ciphertext; fresh seals never
+    share one). Built once over a set of records, it makes reporting every copied or
+    wrongly keyed value of the set linear: one extra decryption at most per failure,
+    where trying every other record of the set was quadratic. Pass it as
+    ``candidate_uris``."""
+
+    __slots__ = ("_by_nonce",)
+
+    def __init__(self, records: Iterable[tuple[str | AtUri, Mapping[str, Any]]]) -> None:
+        by_nonce: dict[bytes, list[str]] = {}
+        for uri, value in records:
+            for field in ("content", "instructions"):
+                sealed = value.get(field) if isinstance(value, Mapping) else None
+                nonce = _raw_bytes(sealed.get("nonce")) if isinstance(sealed, Mapping) else None
+                if nonce is not None:
+                    by_nonce.setdefault(nonce, []).append(str(uri))
+        self._by_nonce = by_nonce
+
+    def candidates(self, enc: EncryptedContent) -> list[str]:
+        return self._by_nonce.get(enc.nonce, [])
+
+
+def _raw_bytes(value: Any) -> bytes | None:
+    if isinstance(value, (bytes, bytearray)):
+        return bytes(value)
+    if isinstance(value, Mapping) and isinstance(value.get("$bytes"), str):
+        try:
+            return b64decode(value["$bytes"])
+        except ValueError:
+            return None
+    return None
+
+
+def _open_failed(enc: EncryptedContent, uri_s: str, key: bytes,
+                 candidate_uris: Iterable[str | AtUri] | CopySources) -> SealingError:
     """Why ``enc`` does not open for ``uri_s``: copied from a candidate, or not at all."""
+    if isinstance(candidate_uris, CopySources):
+        candidate_uris = candidate_uris.candidates(enc)
     for cand in candidate_uris:
         cand_s = str(cand)
         if cand_s != uri_s and _try_open(enc, cand_s, key) is not None:
@@ -408,7 +446,7 @@ def open_bytes(
     *,
     uri: str | AtUri,
     keyring: Mapping[str, bytes],
-    candidate_uris: Iterable[str | AtUri] = (),
+    candidate_uris: Iterable[str | AtUri] | CopySources = (),
 ) -> bytes:
     """The authenticated plaintext bytes of ``enc`` sealed for ``uri``.
 
@@ -444,7 +482,7 @@ def open_value(
     *,
     uri: str | AtUri,
     keyring: Mapping[str, bytes],
-    candidate_uris: Iterable[str | AtUri] = (),
+    candidate_uris: Iterable[str | AtUri] | CopySources = (),
 ) -> dict[str, Any]:
     """Open ``enc`` (sealed for ``uri``) and return the sealed JSON object."""
     return _loads_object(open_bytes(enc, uri=uri, keyring=keyring, candidate_uris=candidate_uris), uri)
@@ -455,7 +493,7 @@ def open_content(
     *,
     uri: str | AtUri,
     keyring: Mapping[str, bytes],
-    candidate_uris: Iterable[str | AtUri] = (),
+    candidate_uris: Iterable[str | AtUri] | CopySources = (),
 ) -> PlainContent:
     """Open ``enc`` and validate it as a ``plainContent``.
 
@@ -522,7 +560,7 @@ def content_of(
     *,
     uri: str | AtUri,
     keyring: Mapping[str, bytes] | None,
-    candidate_uris: Iterable[str | AtUri] = (),
+    candidate_uris: Iterable[str | AtUri] | CopySources = (),
 ) -> PlainContent:
     """The plain parts of a ``content``/``instructions`` union: opened if sealed."""
     if type(content) is EncryptedContent and keyring is not None:
@@ -593,7 +631,7 @@ def open_record(
     value: dict[str, Any],
     *,
     keyring: Mapping[str, bytes] | None,
-    candidate_uris: Iterable[str | AtUri] = (),
+    candidate_uris: Iterable[str | AtUri] | CopySources = (),
 ) -> OpenedRecord:
     """Parse one chat.gel.assistant record and open its sealed field; errors are returned."""
     try:

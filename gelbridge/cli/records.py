@@ -37,7 +37,7 @@ from gelbridge.records.constants import (
 )
 from gelbridge.records.io import RecordEntry, load_records
 from gelbridge.records.models import ConversationRecord, MessageRecord, SettingsRecord
-from gelbridge.sealing import KEYRING_ENV, Keyring, OpenedRecord, content_of, open_record
+from gelbridge.sealing import KEYRING_ENV, CopySources, Keyring, OpenedRecord, content_of, open_record
 from gelbridge.thread import Thread, previous_reply_rkey, walk_thread
 from gelbridge.tools.approval import resolve_approvals
 from gelbridge.tools.loader import builtin_tools
@@ -78,7 +78,7 @@ def open_file(records: Path, keyring: Keyring | None) -> list[OpenedRecord]:
     Records of other collections are passed through unchanged.
     """
     entries = load_records(records)
-    uris = [e.uri for e in entries]
+    uris = CopySources((e.uri, e.value) for e in entries)
     out: list[OpenedRecord] = []
     for e in entries:
         if not e.uri.collection.startswith("chat.gel.assistant."):
@@ -154,7 +154,7 @@ def convert_file(records: Path, keyring: Keyring, message: str, settings: Settin
     the provider body the adapter would send instead of the IR itself.
     """
     entries = load_records(records)
-    uris = [e.uri for e in entries]
+    uris = CopySources((e.uri, e.value) for e in entries)
     by_rkey: dict[str, RecordEntry] = {}
     conversations: dict[str, RecordEntry] = {}
     settings_entry: RecordEntry | None = None

@@ -122,7 +122,7 @@ async def _turn(records: Path, ring: Any, message: str, settings: Settings, resu
         reply_rkey,
     )
     from gelbridge.records.io import load_records
-    from gelbridge.sealing import content_of, seal_content
+    from gelbridge.sealing import CopySources, content_of, seal_content
     from gelbridge.tools.approval import resolve_approvals
     from gelbridge.tools.loader import builtin_tools
     from gelbridge.tools.registry import ToolRegistry, needs_approval
@@ -131,7 +131,7 @@ async def _turn(records: Path, ring: Any, message: str, settings: Settings, resu
     assert result.choice.model is not None
     provider, model = result.choice.model.provider, result.choice.model.id
     entries = {e.uri.rkey: e for e in load_records(records) if e.uri.collection == MESSAGE_COLLECTION}
-    uris = [e.uri for e in entries.values()]
+    uris = CopySources((e.uri, e.value) for e in entries.values())
     msg_entry = entries[message]
     msg = result.thread.message.record
     attempt = msg.generation.attempt if msg.generation is not None else 0
