@@ -128,9 +128,11 @@ def open_command(records: RecordsArgument, keyring: KeyringOption = None) -> Non
 
 
 def _json_form(value: dict[str, Any]) -> dict[str, Any]:
+    """A record value as it is, for printing: JSON form, nesting past the limit cut."""
     from gelbridge.records.codec import to_json_form
+    from gelbridge.records.nesting import cut
 
-    return to_json_form(value)
+    return to_json_form(cut(value))
 
 
 

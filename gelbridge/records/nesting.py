@@ -150,3 +150,35 @@ def loads(data: bytes | bytearray | str) -> Any:
             return json.loads(capped)
         except RecursionError:  # unbalanced text the cut could not shorten
             raise ValueError("JSON nested too deep to decode") from None
+
+
+CUT = "…(nested too deep)"
+
+
+def cut(value: Any, limit: int = MAX_DEPTH) -> Any:
+    """A copy of ``value`` with every container deeper than ``limit`` levels replaced by
+    :data:`CUT` (iterative: any depth). For showing a malformed value, never for data."""
+    if not depth_exceeds(value, limit):
+        return value
+    root: list[Any] = [None]
+    stack: list[tuple[Any, Any, Any, int]] = [(value, root, 0, 1)]  # (value, parent, key, depth)
+    while stack:
+        v, parent, key, d = stack.pop()
+        t = type(v)
+        if t is dict or t is list or t is tuple:
+            if d > limit:
+                parent[key] = CUT
+                continue
+            if t is dict:
+                copy: Any = {}
+                for k, x in v.items():
+                    copy[k] = None
+                    stack.append((x, copy, k, d + 1))
+            else:
+                copy = [None] * len(v)
+                for i, x in enumerate(v):
+                    stack.append((x, copy, i, d + 1))
+            parent[key] = copy
+        else:
+            parent[key] = v
+    return root[0]

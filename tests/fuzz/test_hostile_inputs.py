@@ -1,0 +1,358 @@
+"""Every entry point fed generated hostile input answers with a result or one clear
+error: never a traceback, in bounded time and memory.
+
+Entry points: the CLI's ``open`` and ``convert`` (run through ``gelbridge.cli.main`` with
+a strict UTF-8 stdout, as a terminal or pipe has), the record models, the CAR reader,
+the firehose frame decoder, the Jetstream decoder and the keyring loader. Inputs: JSON
+and CBOR nested far past every limit, lone surrogates (escaped in JSON, which Python
+decodes into ``str``), byte soup, and valid records and files with mutated fields.
+
+Budget: ``FUZZ_EXAMPLES`` examples per test (``GELBRIDGE_FUZZ_EXAMPLES``, default 60),
+each under ``DEADLINE_MS`` and ``PEAK_BYTES``; the whole module runs in well under a
+minute. The examples are the same on every run (CI must not flake);
+``GELBRIDGE_FUZZ_RANDOM=1`` draws new ones (a longer local hunt: 300 examples took
+~90 s here).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import os
+import sys
+import tracemalloc
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from gelbridge.cli import main as cli_main
+from gelbridge.errors import GelbridgeError
+from gelbridge.firehose import decode_frame_full
+from gelbridge.ingest import RecordFilter, from_firehose_frame, from_jetstream_event
+from gelbridge.records import ConversationRecord, MessageRecord
+from gelbridge.records.io import records_from_car, records_from_json
+from gelbridge.records.nesting import MAX_DEPTH, loads
+from gelbridge.sealing import Keyring, open_record
+
+FUZZ_EXAMPLES = int(os.environ.get("GELBRIDGE_FUZZ_EXAMPLES", "60"))
+DEADLINE_MS = 5000
+PEAK_BYTES = 256 * 1024 * 1024
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "conversation"
+MSG = "chat.gel.assistant.message"
+DID = "did:plc:fuzz0000000000000000000"
+FILTER = RecordFilter.for_dids([DID])
+
+fuzz = settings(max_examples=FUZZ_EXAMPLES, deadline=DEADLINE_MS, derandomize=os.environ.get("GELBRIDGE_FUZZ_RANDOM") != "1",
+                suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,
+                                       HealthCheck.function_scoped_fixture])
+
+
+@contextlib.contextmanager
+def bounded_memory() -> Iterator[None]:
+    tracemalloc.start()
+    try:
+        yield
+        _, peak = tracemalloc.get_traced_memory()
+        assert peak < PEAK_BYTES, f"peak memory {peak} bytes"
+    finally:
+        tracemalloc.stop()
+
+
+def clean(call: Callable[[], Any], *errors: type[BaseException]) -> Any:
+    """``call()`` returns, or raises one of ``errors`` (all GelbridgeError by default)."""
+    with bounded_memory():
+        try:
+            return call()
+        except (errors or (GelbridgeError,)) as e:
+            assert str(e) and "\n" not in str(e), repr(e)
+            return e
+
+
+# --- generators ------------------------------------------------------------------------------------
+
+_chars = st.characters(codec=None, exclude_categories=())  # surrogates included
+scalars = st.one_of(st.none(), st.booleans(), st.integers(-(2**70), 2**70), st.text(_chars, max_size=30))
+json_values = st.recursive(scalars, lambda kids: st.one_of(st.lists(kids, max_size=4),
+                                                          st.dictionaries(st.text(_chars, max_size=8), kids,
+                                                                          max_size=4)), max_leaves=30)
+
+
+LEVELS = [MAX_DEPTH, MAX_DEPTH + 1, 300, 999, 1100]  # Python values: as deep as a decoder can give
+TEXT_LEVELS = [*LEVELS, 5000, 50_000]  # texts and bytes: as deep as anyone can send
+
+
+@st.composite
+def deep(draw: st.DrawFn) -> Any:
+    """A value nested ``levels`` deep (lists and objects mixed), past every limit."""
+    levels = draw(st.sampled_from(LEVELS))
+    kinds = draw(st.lists(st.booleans(), min_size=1, max_size=8))
+    value: Any = draw(scalars)
+    for i in range(levels):
+        value = [value] if kinds[i % len(kinds)] else {"k": value}
+    return value
+
+
+@st.composite
+def deep_json_text(draw: st.DrawFn) -> str:
+    """JSON text nested up to 50,000 levels (built as text: no encoder recursion)."""
+    levels = draw(st.sampled_from(TEXT_LEVELS))
+    obj = draw(st.booleans())
+    return ('{"k":' * levels if obj else "[" * levels) + "1" + ("}" * levels if obj else "]" * levels)
+
+
+@st.composite
+def deep_cbor(draw: st.DrawFn) -> bytes:
+    """CBOR nested up to 50,000 levels (arrays of one, or maps of one key)."""
+    levels = draw(st.sampled_from(TEXT_LEVELS))
+    return (b"\x81" if draw(st.booleans()) else b"\xa1\x61k") * levels + b"\x01"
+
+
+@contextlib.contextmanager
+def recursion(limit: int) -> Iterator[None]:
+    old = sys.getrecursionlimit()
+    sys.setrecursionlimit(max(old, limit))
+    try:
+        yield
+    finally:
+        sys.setrecursionlimit(old)
+
+
+def json_text(value: Any) -> str:
+    with recursion(10_000):  # test-side encoding of values up to 1,100 levels
+        return json.dumps(value)  # escapes lone surrogates as \\udXXX: valid JSON text
+
+
+def cbor(value: Any) -> bytes:
+    with recursion(10_000):
+        return _cbor(value)
+
+
+def _cbor(value: Any) -> bytes:
+    """DAG-CBOR of ``value`` built by hand (any depth; libipld's encoder has a limit)."""
+    if value is None:
+        return b"\xf6"
+    if value is True or value is False:
+        return b"\xf5" if value else b"\xf4"
+    if isinstance(value, int):
+        return _head(0, value) if value >= 0 else _head(1, -1 - value)
+    if isinstance(value, str):
+        raw = value.encode("utf-8", "surrogatepass")  # invalid UTF-8 for a lone surrogate
+        return _head(3, len(raw)) + raw
+    if isinstance(value, list):
+        return _head(4, len(value)) + b"".join(_cbor(v) for v in value)
+    items = sorted(value.items(), key=lambda kv: (len(kv[0]), kv[0]))
+    return _head(5, len(items)) + b"".join(_cbor(k) + _cbor(v) for k, v in items)
+
+
+def _head(major: int, n: int) -> bytes:
+    n = min(n, 2**64 - 1)
+    if n < 24:
+        return bytes([major << 5 | n])
+    for extra, size in ((24, 1), (25, 2), (26, 4), (27, 8)):
+        if n < 1 << (8 * size):
+            return bytes([major << 5 | extra]) + n.to_bytes(size, "big")
+    raise AssertionError
+
+
+def valid_message() -> dict[str, Any]:
+    doc = json.loads((EXAMPLE / "records.json").read_text())
+    return next(r["value"] for r in doc["records"] if r["value"].get("role") == "user")
+
+
+@st.composite
+def mutated_message(draw: st.DrawFn) -> dict[str, Any]:
+    """A real user message with one field replaced by something hostile."""
+    value = valid_message()
+    where = draw(st.sampled_from(["conversation", "role", "parent", "content", "generation", "createdAt",
+                                  "extra", "model", "usage"]))
+    value[where] = draw(st.one_of(json_values, deep()))
+    return value
+
+
+hostile_values = st.one_of(json_values, deep(), mutated_message())
+
+
+# --- the record models ---------------------------------------------------------------------------
+
+
+@fuzz
+@given(hostile_values)
+def test_record_models_take_any_value_and_answer_with_a_record_or_a_record_error(value: Any) -> None:
+    for model in (MessageRecord, ConversationRecord):
+        clean(lambda: model.from_value(value, uri=f"at://{DID}/{MSG}/k"))
+
+
+@fuzz
+@given(hostile_values)
+def test_open_record_returns_an_error_never_raises(value: Any) -> None:
+    from gelbridge.records import AtUri
+
+    ring = Keyring.load(EXAMPLE / "keyring.json")
+    r = clean(lambda: open_record(AtUri(DID, MSG, "3mbd36vbls22b"), None, value, keyring=ring))
+    assert not isinstance(r, BaseException)  # errors are returned in the OpenedRecord
+
+
+# --- decoders ------------------------------------------------------------------------------------------
+
+
+@fuzz
+@given(st.one_of(hostile_values.map(json_text), deep_json_text(), st.text(_chars, max_size=200)))
+def test_json_from_outside_decodes_or_is_a_value_error(text: str) -> None:
+    got = clean(lambda: loads(text), ValueError)
+    assert not isinstance(got, RecursionError)
+
+
+@fuzz
+@given(st.one_of(hostile_values.map(json_text), deep_json_text(), st.binary(max_size=300)))
+def test_the_jetstream_decoder_answers_with_records_or_one_record_error(record: str | bytes) -> None:
+    if isinstance(record, bytes):
+        clean(lambda: from_jetstream_event(record + MSG.encode(), FILTER))
+        return
+    event = ('{"did": "%s", "time_us": 1, "kind": "commit", "commit": {"rev": "r", "operation": "create", '
+             '"collection": "%s", "rkey": "3mk", "cid": "bafy", "record": %s}}') % (DID, MSG, record)
+    for got in (clean(lambda: from_jetstream_event(event, FILTER)),
+                clean(lambda: from_jetstream_event(event.encode("utf-8", "surrogatepass"), FILTER))):
+        if isinstance(got, list):  # what passes on goes to the record models: they answer too
+            for r in got:
+                clean(lambda: MessageRecord.from_value(r.record, uri="at://x/y/z"))
+
+
+@fuzz
+@given(st.one_of(hostile_values.map(cbor), deep_cbor(), st.binary(max_size=300)))
+def test_the_firehose_decoder_answers_with_events_or_one_firehose_error(block: bytes) -> None:
+    """A commit whose record block is hostile CBOR, and frames that are byte soup."""
+    car = _car_header() + _varint(len(_CID) + len(block)) + _CID + block
+    body = {"seq": 5, "repo": DID, "rev": "r", "since": None, "time": "2026-01-01T00:00:00Z",
+            "ops": [{"action": "create", "path": f"{MSG}/3mk", "cid": None}], "commit": None,
+            "rebase": False, "tooBig": False, "blobs": []}
+    header = cbor({"op": 1, "t": "#commit"})
+    frames = [header + _cbor_with_bytes(body, car), block, header + block + MSG.encode(),
+              header + _cbor_with_bytes(body, block)]
+    for frame in frames:
+        clean(lambda: decode_frame_full(frame, {DID}))
+        clean(lambda: from_firehose_frame(frame, FILTER))
+
+
+_CID = bytes.fromhex("01711220") + bytes(32)
+
+
+def _varint(n: int) -> bytes:
+    out = b""
+    while True:
+        b = n & 0x7F
+        n >>= 7
+        if n:
+            out += bytes([b | 0x80])
+        else:
+            return out + bytes([b])
+
+
+def _car_header(roots: list[bytes] | None = None) -> bytes:
+    header = _cbor_with_roots(_head(4, len(roots or [])) + b"".join(_link(r) for r in roots or []))
+    return _varint(len(header)) + header
+
+
+def _cbor_with_bytes(body: dict[str, Any], blocks: bytes) -> bytes:
+    """``body`` plus ``blocks`` as a CBOR byte string (our encoder writes only text)."""
+    items = sorted([*body.items(), ("blocks", None)], key=lambda kv: (len(kv[0]), kv[0]))
+    out = _head(5, len(items))
+    for k, v in items:
+        out += cbor(k) + (_head(2, len(blocks)) + blocks if k == "blocks" else cbor(v))
+    return out
+
+
+# --- files: CAR, records JSON, keyring, and the CLI on them --------------------------------------------
+
+
+@fuzz
+@given(st.one_of(st.binary(max_size=400), hostile_values.map(cbor), deep_cbor()),
+       st.sampled_from(["soup", "root", "block"]))
+def test_the_car_reader_answers_with_records_or_one_record_error(data: bytes, where: str) -> None:
+    """Byte soup, a header whose roots are not CIDs, a hostile block under a valid header."""
+    if where == "root":
+        header = _cbor_with_roots(data)
+        data = _varint(len(header)) + header
+    elif where == "block":
+        data = _car_header([_CID]) + _varint(len(_CID) + len(data)) + _CID + data
+    clean(lambda: records_from_car(data))
+
+
+def _cbor_with_roots(roots: bytes) -> bytes:
+    """A CAR header ``{"roots": <roots>, "version": 1}`` with ``roots`` as given (raw CBOR)."""
+    return _head(5, 2) + cbor("roots") + roots + cbor("version") + cbor(1)
+
+
+def _link(cid: bytes) -> bytes:
+    return b"\xd8\x2a" + _head(2, len(cid) + 1) + b"\x00" + cid  # tag 42: a CID
+
+
+@fuzz
+@given(hostile_values)
+def test_a_records_document_of_any_shape_is_entries_or_one_record_error(value: Any) -> None:
+    clean(lambda: records_from_json(value))
+    clean(lambda: records_from_json({"records": [{"uri": f"at://{DID}/{MSG}/3mk", "value": value}]}))
+
+
+def run_cli(*args: str) -> tuple[int, str, str]:
+    """``gelbridge ARGS`` in-process with strict UTF-8 stdout/stderr (as a pipe has)."""
+    out, err = io.BytesIO(), io.BytesIO()
+    o = io.TextIOWrapper(out, encoding="utf-8", errors="strict")
+    e = io.TextIOWrapper(err, encoding="utf-8", errors="strict")
+    argv = sys.argv
+    sys.argv = ["gelbridge", *args]
+    code: Any = 0
+    try:
+        with contextlib.redirect_stdout(o), contextlib.redirect_stderr(e):
+            try:
+                cli_main()
+            except SystemExit as x:
+                code = x.code
+            o.flush()
+            e.flush()
+    finally:
+        sys.argv = argv
+    return int(code or 0), out.getvalue().decode(), err.getvalue().decode()
+
+
+@pytest.fixture(scope="module")
+def workdir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    d = tmp_path_factory.mktemp("fuzz-cli")
+    (d / "keyring.json").write_bytes((EXAMPLE / "keyring.json").read_bytes())
+    return d
+
+
+@fuzz
+@given(st.one_of(mutated_message().map(json_text), deep().map(json_text), json_values.map(json_text),
+                 deep_json_text()))
+def test_cli_open_and_convert_print_json_or_one_error_line(workdir: Path, value: str) -> None:
+    records = workdir / "records.json"
+    doc = json.loads((EXAMPLE / "records.json").read_text())
+    doc["records"][0]["value"] = "@VALUE@"  # one record of the example replaced
+    records.write_bytes(json.dumps(doc).replace('"@VALUE@"', value).encode("utf-8", "surrogatepass"))
+    first = doc["records"][0]["uri"].rsplit("/", 1)[1]
+    for args in (["open", "--keyring", str(workdir / "keyring.json"), str(records)],
+                 ["convert", "--keyring", str(workdir / "keyring.json"), "--message", first, str(records)],
+                 ["convert", "--keyring", str(workdir / "keyring.json"), "--message", "3mbd36vbls22b",
+                  str(records)]):
+        with bounded_memory():
+            code, out, err = run_cli(*args)
+        assert code in (0, 1), (args, code, err[-500:])
+        assert "Traceback" not in err, err[-2000:]
+        if code == 1:
+            assert err.count("\n") <= 100 and err.rstrip().splitlines()[-1].startswith("error: "), err[-500:]
+
+
+@fuzz
+@given(st.one_of(hostile_values.map(json_text), deep_json_text(),
+                 st.binary(max_size=200).map(lambda b: b.decode("latin-1"))))
+def test_the_keyring_loader_answers_with_a_keyring_or_one_keyring_error(workdir: Path, text: str) -> None:
+    path = workdir / "ring.json"
+    path.write_bytes(text.encode("utf-8", "surrogatepass"))
+    clean(lambda: Keyring.load(path))
+    code, _, err = run_cli("open", "--keyring", str(path), str(EXAMPLE / "records.json"))
+    assert code in (0, 1) and "Traceback" not in err, err[-2000:]
