@@ -539,6 +539,20 @@ def open_content(
         raise record_error(e, f"record {uri} (sealed content)") from None
 
 
+def plaintext_size(content: PlainContent) -> int:
+    """How many bytes :func:`seal_content` would seal for ``content`` (its JSON), by the
+    same fast path; RecordError if it cannot be sealed at all."""
+    if _is_flat(content):
+        try:
+            return len(_PLAIN_TO_JSON(content, by_alias=True, exclude_none=True))
+        except PydanticSerializationError:
+            pass
+    try:
+        return len(orjson.dumps(content.to_value(), default=_json_default))
+    except (TypeError, ValueError) as e:
+        raise RecordError(f"content cannot be sealed: {type(e).__name__}") from None
+
+
 def seal_content(
     content: PlainContent, *, uri: str | AtUri, key_id: str, keyring: Mapping[str, bytes]
 ) -> EncryptedContent:

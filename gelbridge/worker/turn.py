@@ -86,7 +86,7 @@ from gelbridge.worker.decide import Ask, error_message, reply_error_kind
 from gelbridge.worker.repo import RepoView, SideRecords, load_thread
 from gelbridge.worker.resume import DENIED_NOT_RUN, ResumePoint, resume_point
 from gelbridge.worker.timing import ReadClock, reading, start_reads, stop_reads
-from gelbridge.worker.writer import ReplyWriter, content_bytes, fit_parts
+from gelbridge.worker.writer import ReplyWriter, content_bytes, fit_parts, size_bound
 
 log = logging.getLogger("gelbridge.worker.turn")
 
@@ -496,7 +496,7 @@ async def _answer(deps: TurnDeps, job: TurnJob, state: dict[str, Any], timer: _T
         acc = StreamAccumulator(provider=provider, model=model_id)
         prefix = list(parts)
         budget = job.writer.content_budget
-        size = _StreamSize(content_bytes(prefix), budget)
+        size = _StreamSize(min(size_bound(prefix), budget), budget)
 
         def partial_parts(acc: StreamAccumulator = acc, prefix: list[Part] = prefix) -> list[Part]:
             draft = response_to_parts(

@@ -37,8 +37,6 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-import orjson
-
 from gelbridge.errors import ClaimConflict, GelbridgeError
 from gelbridge.records.constants import (
     MESSAGE_COLLECTION,
@@ -60,7 +58,7 @@ from gelbridge.records.models import (
     Usage,
     now_datetime,
 )
-from gelbridge.sealing import seal_content
+from gelbridge.sealing import plaintext_size, seal_content
 from gelbridge.worker.repo import RepoView
 
 log = logging.getLogger("gelbridge.worker.writer")
@@ -118,7 +116,21 @@ def content_budget(max_write_bytes: int) -> int:
 
 def content_bytes(parts: Sequence[Part]) -> int:
     """Size of the content JSON of ``parts`` (what is sealed)."""
-    return len(orjson.dumps(PlainContent(parts=list(parts)).to_value()))
+    return plaintext_size(PlainContent(parts=list(parts)))
+
+
+def size_bound(parts: Sequence[Part]) -> int:
+    """A cheap upper bound of :func:`content_bytes`: every character of a string field
+    counted as 6 bytes (a JSON ``\\u`` escape; UTF-8 takes at most 4), every other field
+    and part as 512. Parts with extra fields count as the budget of a whole write."""
+    n = 64
+    for p in parts:
+        if p.__pydantic_extra__:
+            return 1 << 40
+        n += 64
+        for v in p.__dict__.values():
+            n += 6 * len(v) + 16 if type(v) is str else 512
+    return n
 
 
 def fit_parts(parts: Sequence[Part], budget: int) -> tuple[list[Part], bool]:
@@ -126,7 +138,7 @@ def fit_parts(parts: Sequence[Part], budget: int) -> tuple[list[Part], bool]:
     was cut (pure). Parts are dropped from the end; the last one kept, if it is text or
     reasoning, is shortened to what fits (whole characters)."""
     out = list(parts)
-    if content_bytes(out) <= budget:
+    if size_bound(out) <= budget or content_bytes(out) <= budget:
         return out, False
     while out and content_bytes(out) > budget:
         last = out.pop()

@@ -86,3 +86,41 @@ async def test_a_plain_message_gets_plain_content_and_an_unknown_key_gets_none()
         await locked.final([TextPart(text="must not be written in the clear")], status="complete")
     await locked.final([], status="error")
     assert MessageRecord.from_value(pds.puts[-1][1]).content.parts == []
+
+
+def test_parts_are_cut_to_the_budget_keeping_calls_with_their_results_and_whole_characters() -> None:
+    from gelbridge.records import ReasoningPart, ToolCallPart, ToolResultPart
+    from gelbridge.worker.writer import content_budget, content_bytes, fit_parts, size_bound
+
+    assert 100_000 < content_budget(150 * 1024) < 115_000  # ~110 KB of content fits the reference PDS
+    parts = [ReasoningPart(text="r" * 1000), TextPart(text="é" * 5000),
+             ToolCallPart(call_id="c1", tool="t", input="{}"), ToolResultPart(call_id="c1", output="o" * 3000),
+             TextPart(text="\u2603\n" * 4000)]
+    total = content_bytes(parts)
+    assert size_bound(parts) >= total
+    kept, cut = fit_parts(parts, total)
+    assert (kept, cut) == (parts, False)
+    for budget in (total - 1, 12_000, 11_000, 6_000, 500):
+        kept, cut = fit_parts(parts, budget)
+        assert cut and content_bytes(kept) <= budget, budget
+        types = [type(p).__name__ for p in kept]
+        assert ("ToolCallPart" in types) == ("ToolResultPart" in types), (budget, types)  # never one alone
+        assert all(p == q for p, q in zip(kept[:-1], parts))  # only the last kept part may be shortened
+        if kept and isinstance(kept[-1], TextPart):
+            assert parts[len(kept) - 1].text.startswith(kept[-1].text)
+
+
+async def test_a_progress_write_is_cut_to_fit_one_record() -> None:
+    pds = FakePds()
+    kr = Keyring()
+    kid = kr.add_new("k1")
+    clock = Clock()
+    w = ReplyWriter(pds, RepoView(pds, DID), reply_rkey="3mk.r0", message_rkey="3mk", conversation="3mc",
+                    key_id=kid, keyring=kr, update_interval=1.0, clock=clock, max_write_bytes=20_000)
+    await w.claim()
+    clock.t = 5
+    w.maybe_progress(lambda: [TextPart(text="z" * 100_000)])
+    await w.settle()
+    rec = MessageRecord.from_value(pds.puts[-1][1])
+    opened = content_of(rec.content, uri=f"at://{DID}/chat.gel.assistant.message/3mk.r0", keyring=kr)
+    assert 0 < len(opened.parts[0].text) <= w.content_budget and set(opened.parts[0].text) == {"z"}
