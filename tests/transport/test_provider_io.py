@@ -306,3 +306,32 @@ async def test_pool_errors_name_the_missing_env_var_and_unknown_provider() -> No
             pool.get("oa")
         with pytest.raises(ConfigError, match="unknown provider 'x'"):
             pool.get("x")
+
+
+async def test_a_stream_of_keep_alive_comments_ends_at_the_deadline_not_the_read_timeout(
+        provider: tuple[str, Script]) -> None:
+    """SSE comments keep the socket busy, so ``read_timeout`` never fires; only the total
+    deadline ends such a stream (``[providers.<name>] deadline``)."""
+    base, script = provider
+    script.on("/stream", reply_stream([b": keep-alive\n\n"] * 400, gap=0.01))
+    start = time.monotonic()
+    async with transport(base, read_timeout=1.0) as tr:
+        with pytest.raises(ProviderError, match="deadline") as exc:
+            async with tr.stream(tr.url("/stream"), b"{}", deadline=0.4) as s:
+                [x async for x in s]
+    assert exc.value.kind == "timeout" and 0.35 < time.monotonic() - start < 2.0
+
+
+async def test_the_provider_deadline_setting_reaches_its_transport() -> None:
+    from gelbridge.config import Settings
+    from gelbridge.transport import TransportPool
+
+    s = Settings.model_validate({"providers": {"p": {"adapter": "openai", "base_url": "http://127.0.0.1:9/v1",
+                                                     "deadline": 42}}})
+    pool = TransportPool(s.providers, env={})
+    try:
+        assert pool.get("p").deadline == 42
+    finally:
+        await pool.aclose()
+    assert Settings.model_validate({"providers": {"p": {"adapter": "openai", "base_url": "http://x"}}}
+                                   ).providers["p"].deadline == 600
