@@ -157,8 +157,6 @@ class ToolsConfig(_Section):
 class Settings(_Section):
     """Everything gelbridge reads from its configuration."""
 
-    model_config = ConfigDict(extra="allow", populate_by_name=True)
-
     account: AccountConfig = Field(default_factory=AccountConfig)
     keyring: KeyringConfig = Field(default_factory=KeyringConfig)
     state: StateConfig = Field(default_factory=StateConfig)
@@ -233,10 +231,108 @@ _ENV_OVERRIDES: dict[str, tuple[str, str]] = {
 }
 
 
+def _model_at(loc: tuple[Any, ...]) -> type[BaseModel] | None:
+    """The settings model that holds the last key of ``loc`` (a pydantic error location)."""
+    model: Any = Settings
+    parts = list(loc[:-1])
+    while parts:
+        part = parts.pop(0)
+        field = model.model_fields.get(part) if isinstance(part, str) else None
+        if field is None:
+            return None
+        ann = field.annotation
+        args = getattr(ann, "__args__", ())
+        origin = getattr(ann, "__origin__", None)
+        if origin in (dict, list) and parts:
+            parts.pop(0)  # the key or index
+            ann = args[-1]
+        elif origin is not None or args:  # X | None
+            ann = next((a for a in args if isinstance(a, type) and issubclass(a, BaseModel)), None)
+        if not (isinstance(ann, type) and issubclass(ann, BaseModel)):
+            return None
+        model = ann
+    return model
+
+
+def _where(loc: tuple[Any, ...]) -> str:
+    """``("tools", "max_step")`` → ``[tools] max_step``; ``("wacth",)`` → ``[wacth]``."""
+    keys = [str(p) for p in loc]
+    if len(keys) == 1:
+        return f"[{keys[0]}]"
+    return f"[{'.'.join(keys[:-1])}] {keys[-1]}"
+
+
+def unknown_key_problem(loc: tuple[Any, ...], known: list[str]) -> str:
+    """One line for a key that is not a setting, with the closest valid name."""
+    from difflib import get_close_matches
+
+    name = str(loc[-1])
+    close = get_close_matches(name, known, n=1, cutoff=0.6)
+    hint = f"; did you mean {_where((*loc[:-1], close[0]))}?" if close else (
+        f"; known here: {', '.join(sorted(known))}" if known else "")
+    what = "section" if len(loc) == 1 else "key"
+    return f"{_where(loc)}: unknown {what}{hint}"
+
+
+def config_problems(err: ValidationError) -> list[str]:
+    """Every problem a validation found, one line each (unknown keys with the closest
+    valid name)."""
+    out: list[str] = []
+    for e in err.errors():
+        loc = tuple(e["loc"])
+        if e["type"] == "extra_forbidden":
+            model = _model_at(loc)
+            known = [f.alias or n for n, f in model.model_fields.items()] if model is not None else []
+            out.append(unknown_key_problem(loc, known))
+        else:
+            out.append(f"{_where(loc) if loc else '(top level)'}: {e['msg']}")
+    return out
+
+
+def _table_problems(data: dict[str, Any]) -> list[str]:
+    """``[tools]`` and ``[mcp]`` are free-form tables in ``Settings``: check them here, so
+    a typo there fails at start-up like any other."""
+    from gelbridge.tools.config import BUILTIN_CONFIGS, mcp_problems
+
+    out: list[str] = []
+    tools = data.get("tools")
+    if isinstance(tools, dict):
+        flat = {k: v for k, v in tools.items() if not isinstance(v, dict)}
+        try:
+            ToolsConfig.model_validate(flat)
+        except ValidationError as e:
+            for er in e.errors():
+                loc = ("tools", *er["loc"])
+                out.append(unknown_key_problem(loc, list(ToolsConfig.model_fields))
+                           if er["type"] == "extra_forbidden" else f"{_where(loc)}: {er['msg']}")
+        for name, table in tools.items():
+            if not isinstance(table, dict):
+                continue
+            if name not in BUILTIN_CONFIGS:
+                out.append(unknown_key_problem(("tools", name), list(BUILTIN_CONFIGS)).replace(
+                    "unknown key", "not a built-in tool (MCP servers go under [mcp.servers.<name>])", 1))
+                continue
+            try:
+                BUILTIN_CONFIGS[name].model_validate(table)
+            except ValidationError as e:
+                out += [f"[tools.{name}] {'.'.join(str(x) for x in er['loc'])}: {er['msg']}"
+                        if er["type"] != "extra_forbidden" else
+                        unknown_key_problem(("tools", name, *er["loc"]), list(BUILTIN_CONFIGS[name].model_fields))
+                        for er in e.errors()]
+    mcp = data.get("mcp")
+    if isinstance(mcp, dict):
+        out += mcp_problems(mcp)
+    return out
+
+
 def _format_validation_error(err: ValidationError, source: str) -> str:
-    first = err.errors()[0]
-    where = ".".join(str(p) for p in first["loc"]) or "(top level)"
-    return f"{source}: {where}: {first['msg']}"
+    return _problems_text(source, config_problems(err))
+
+
+def _problems_text(source: str, problems: list[str]) -> str:
+    if len(problems) == 1:
+        return f"{source}: {problems[0]}"
+    return f"{source}: {len(problems)} problems:\n" + "\n".join(f"  {p}" for p in problems)
 
 
 def load_config(
@@ -292,6 +388,11 @@ def load_config(
         if env.get(var):
             data.setdefault(section, {})[key] = env[var]
     try:
-        return Settings.model_validate(data)
+        settings = Settings.model_validate(data)
+        problems: list[str] = []
     except ValidationError as e:
-        raise ConfigError(_format_validation_error(e, source)) from None
+        settings, problems = None, config_problems(e)
+    problems += _table_problems(data)
+    if problems or settings is None:
+        raise ConfigError(_problems_text(source, problems))
+    return settings

@@ -55,5 +55,5 @@ def test_bad_files_give_one_clear_error(tmp_path: Path) -> None:
         load_config(write(tmp_path, "[account\n"), env={})
     bad = tmp_path / "bad.toml"
     bad.write_text('[replies]\nupdate_interval = "soon"\n')
-    with pytest.raises(ConfigError, match="replies.update_interval"):
+    with pytest.raises(ConfigError, match=r"\[replies\] update_interval"):
         load_config(bad, env={})

@@ -63,6 +63,44 @@ async def _run_until_signal(worker: object) -> None:
             loop.remove_signal_handler(sig)
 
 
+def _checked(settings: object, *, login: bool) -> list[str]:
+    """Run ``gelbridge check``'s checks; print each problem and exit 1 if there are any.
+    Returns the summary lines."""
+    import os
+
+    from gelbridge.check import check_settings
+
+    rep = asyncio.run(check_settings(settings, environ=os.environ, login=login))  # type: ignore[arg-type]
+    if rep.problems:
+        for p in rep.problems:
+            print(f"error: {p}", file=sys.stderr)
+        print(f"error: {len(rep.problems)} problem(s) in the configuration; nothing was started "
+              "('gelbridge check --config FILE' checks it again)", file=sys.stderr)
+        raise typer.Exit(1)
+    return rep.lines
+
+
+@app.command("check")
+def check_command(
+    config: Optional[Path] = ConfigOption,
+    log_level: str = typer.Option("warning", "--log-level", help="debug, info, warning or error."),
+) -> None:
+    """Check the configuration against the world, then exit: every provider's adapter
+    and API key, default models and tools, keyrings, MCP servers (started and listed),
+    and the PDS login (one createSession per account).
+
+    Prints a short summary and exits 0 when all is well; otherwise one line per problem
+    and exit code 1. 'gelbridge run' runs the same checks before it says ready.
+    """
+    from gelbridge.config import load_config
+
+    setup_logging(log_level)
+    settings = load_config(config)
+    for line in _checked(settings, login=True):
+        print(f"  {line}")
+    print("check: ok")
+
+
 @app.command("run")
 def run_command(
     config: Optional[Path] = ConfigOption,
@@ -79,6 +117,7 @@ def run_command(
 
     setup_logging(log_level)
     settings = load_config(config)
+    _checked(settings, login=False)  # the worker logs in itself, before it says ready
     if settings.accounts or settings.watch.source == "jetstream":
         # Many accounts in one process, or one Jetstream connection for them: the Bridge
         # runs one Worker per account behind one event source per host (docs/library.md).

@@ -118,6 +118,31 @@ def check_tool_tables(tools_table: dict[str, Any]) -> None:
             )
 
 
+def mcp_problems(mcp_table: dict[str, Any]) -> list[str]:
+    """Every problem of ``[mcp]``, one line each (empty: it is well-formed)."""
+    from gelbridge.config import unknown_key_problem
+
+    out = [unknown_key_problem(("mcp", k), ["servers"]) for k in mcp_table if k != "servers"]
+    servers = mcp_table.get("servers", {})
+    if not isinstance(servers, dict):
+        return [*out, "[mcp.servers] must be a table of servers"]
+    for name, raw in servers.items():
+        if not name or len(name) > 64:
+            out.append(f"[mcp.servers] server name {name!r} must be 1-64 characters")
+            continue
+        try:
+            McpServerConfig.model_validate(raw)
+        except ValidationError as e:
+            for er in e.errors():
+                loc = tuple(str(x) for x in er["loc"])
+                if er["type"] == "extra_forbidden":
+                    out.append(unknown_key_problem(("mcp", "servers", name, *loc), list(McpServerConfig.model_fields)))
+                else:
+                    msg = er["msg"].removeprefix("Value error, ")
+                    out.append(f"[mcp.servers.{name}] {'.'.join(loc) + ': ' if loc else ''}{msg}")
+    return out
+
+
 def mcp_servers(mcp_table: dict[str, Any]) -> dict[str, McpServerConfig]:
     """Parse ``[mcp.servers.*]``."""
     unknown = set(mcp_table) - {"servers"}

@@ -1,0 +1,91 @@
+"""``gelbridge check`` and the same checks in ``gelbridge run``, against the real local
+PDS: each operator mistake gives its own clear line and exit code 1, no traceback, and
+nothing is written to the PDS; a good configuration logs in and says ok."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from gelbridge.dev.model_server import ModelServer
+from gelbridge.dev.pds import AccountInfo, DevPds
+from gelbridge.records import MESSAGE_COLLECTION
+from gelbridge.sealing import Keyring
+
+from .conftest import PASSWORD_ENV, App
+from .worker_proc import write_config
+
+pytestmark = [pytest.mark.pds, pytest.mark.timeout(300)]
+
+
+def gelbridge(*args: str, cwd: Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    full = {k: v for k, v in os.environ.items() if not k.startswith("GELBRIDGE_")}
+    full.update(env)
+    return subprocess.run([sys.executable, "-m", "gelbridge", *args], capture_output=True, text=True,
+                          timeout=120, cwd=cwd, env=full, stdin=subprocess.DEVNULL)
+
+
+MISTAKES = {
+    "unknown section": ("\n[wacth]\nsource = \"poll\"\n", "[wacth]: unknown section; did you mean [watch]?"),
+    "typo in [tools]": ("\n[tools]\nmax_step = 3\n", "[tools] max_step: unknown key; did you mean [tools] max_steps?"),
+    "unknown adapter": ("\n[providers.other]\nadapter = \"opnai\"\nbase_url = \"http://127.0.0.1:9/v1\"\n",
+                        "[providers.other] adapter = 'opnai': no such adapter"),
+    "api key variable unset": ("\n[providers.other]\nadapter = \"openai\"\nbase_url = \"http://127.0.0.1:9/v1\"\n"
+                               "api_key_env = \"GELBRIDGE_TEST_UNSET_KEY\"\n",
+                               "[providers.other] api_key_env: $GELBRIDGE_TEST_UNSET_KEY is not set"),
+    "MCP server that does not start": ("\n[mcp.servers.broken]\ncommand = [\"/nonexistent/server\"]\n"
+                                       "startup_timeout = 5\n",
+                                       "[mcp.servers.broken]: the server did not start or lists no tools"),
+}
+
+
+@pytest.mark.parametrize("mistake", list(MISTAKES))
+async def test_each_operator_mistake_stops_check_and_run_with_its_own_line_and_writes_nothing(
+    mistake: str, dev_pds: DevPds, pds_account: AccountInfo, keyring: tuple[Keyring, str], app: App,
+    model_server: ModelServer, tmp_path: Path,
+) -> None:
+    extra, expected = MISTAKES[mistake]
+    cfg = write_config(tmp_path, dev_pds.pds_url, pds_account, model_server.url, keyring[0], extra=extra)
+    env = {PASSWORD_ENV: pds_account.app_password}
+    for command in ("check", "run"):
+        r = gelbridge(command, "--config", str(cfg), cwd=tmp_path, env=env)
+        assert r.returncode == 1, (command, r.stdout, r.stderr)
+        assert expected in r.stderr, (command, r.stderr)
+        assert "Traceback" not in r.stderr and "ready" not in r.stdout
+    assert [x async for x in app.pds.iter_records(MESSAGE_COLLECTION)] == []
+    assert not (tmp_path / "state").exists()  # run stopped before opening its state
+
+
+async def test_wrong_defaults_keyring_and_password_are_each_named(
+    dev_pds: DevPds, pds_account: AccountInfo, keyring: tuple[Keyring, str], model_server: ModelServer,
+    tmp_path: Path,
+) -> None:
+    cfg = write_config(tmp_path, dev_pds.pds_url, pds_account, model_server.url, keyring[0],
+                       tools=["current_time", "mcp_nowhere_tool"])
+    text = cfg.read_text().replace('provider = "local"', 'provider = "elsewhere"')
+    cfg.write_text(text)
+    Keyring().save(tmp_path / "keyring.json")  # readable, but holds no key
+    r = gelbridge("check", "--config", str(cfg), cwd=tmp_path, env={PASSWORD_ENV: "not-the-password"})
+    assert r.returncode == 1, r.stderr
+    for line in ("[defaults] model: provider 'elsewhere' is not configured in [providers] (configured: local)",
+                 "[defaults] tools: 'mcp_nowhere_tool' is not a tool here",
+                 "[account] keyring holds no key",
+                 f"refused the login of {pds_account.handle}"):
+        assert line in r.stderr, (line, r.stderr)
+    assert "Traceback" not in r.stderr and r.stderr.count("\nerror: ") >= 4
+
+
+async def test_a_good_configuration_checks_ok_with_a_summary(
+    dev_pds: DevPds, pds_account: AccountInfo, keyring: tuple[Keyring, str], model_server: ModelServer,
+    tmp_path: Path,
+) -> None:
+    cfg = write_config(tmp_path, dev_pds.pds_url, pds_account, model_server.url, keyring[0], tools=["current_time"])
+    r = gelbridge("check", "--config", str(cfg), cwd=tmp_path, env={PASSWORD_ENV: pds_account.app_password})
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.rstrip().endswith("check: ok")
+    assert f"logged in as {pds_account.handle}" in r.stdout and "local (openai)" in r.stdout
+    assert "1 key(s)" in r.stdout
