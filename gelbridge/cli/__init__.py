@@ -18,13 +18,34 @@ app = typer.Typer(
     help=(
         "Answer end-to-end encrypted chat records in your atproto repo with an AI model.\n\n"
         "Offline: 'keys', 'open', 'convert', 'reply', 'adapters'. "
-        "Online: 'run' watches your PDS and answers; 'demo' runs everything locally."
+        "Online: 'check' checks a configuration, 'run' watches your PDS and answers, 'status' shows how it goes; "
+        "'demo' runs everything locally."
     ),
     no_args_is_help=True,
-    add_completion=False,
+    add_completion=True,
+    context_settings={"help_option_names": ["-h", "--help"]},
     pretty_exceptions_enable=False,
     rich_markup_mode="markdown",  # help texts name config sections like [worker]: no rich tags
 )
+
+def _version(value: bool) -> None:
+    if value:
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            print(f"gelbridge {version('gelbridge')}")
+        except PackageNotFoundError:  # running from a tree that is not installed
+            print("gelbridge (not installed)")
+        raise typer.Exit()
+
+
+@app.callback()
+def _main(
+    show_version: bool = typer.Option(False, "--version", "-V", callback=_version, is_eager=True,
+                                      help="Print the version and exit."),
+) -> None:
+    """Answer end-to-end encrypted chat records in your atproto repo with an AI model."""
+
 
 # Command modules register themselves on `app` when imported.
 from gelbridge.cli import _modules  # noqa: E402,F401

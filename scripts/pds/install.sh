@@ -64,7 +64,19 @@ start=$(date +%s)
   cd "$tmp"
   npm install --no-audit --no-fund --no-package-lock --loglevel=error --foreground-scripts=false \
     1>&2
-)
+) &
+npm_pid=$!
+# npm prints nothing for minutes: say how far it got every 15 s
+ticks=0
+while kill -0 "$npm_pid" 2>/dev/null; do
+  sleep 1
+  ticks=$((ticks + 1))
+  if [ $((ticks % 15)) -eq 0 ] && kill -0 "$npm_pid" 2>/dev/null; then
+    n=$(find "$tmp/node_modules" -maxdepth 2 -name package.json 2>/dev/null | wc -l)
+    echo "pds install: still installing ($(( $(date +%s) - start )) s, $n packages so far; compiling better-sqlite3 is the long part)" >&2
+  fi
+done
+wait "$npm_pid"
 # Check that it loads and that the native module works with this Node.
 (cd "$tmp" && node -e "
   require('@atproto/dev-env');

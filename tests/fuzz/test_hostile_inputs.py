@@ -128,25 +128,38 @@ def json_text(value: Any) -> str:
 
 
 def cbor(value: Any) -> bytes:
-    with recursion(10_000):
-        return _cbor(value)
+    """DAG-CBOR of ``value`` built by hand, iteratively (any depth: libipld's encoder and
+    a recursive one both have limits)."""
+    out: list[bytes] = []
+    stack: list[Any] = [value]
+    while stack:
+        v = stack.pop()
+        if isinstance(v, bytes):  # an already encoded piece
+            out.append(v)
+        elif v is None:
+            out.append(b"\xf6")
+        elif v is True or v is False:
+            out.append(b"\xf5" if v else b"\xf4")
+        elif isinstance(v, int):
+            out.append(_head(0, v) if v >= 0 else _head(1, -1 - v))
+        elif isinstance(v, str):
+            raw = v.encode("utf-8", "surrogatepass")  # invalid UTF-8 for a lone surrogate
+            out.append(_head(3, len(raw)) + raw)
+        elif isinstance(v, list):
+            out.append(_head(4, len(v)))
+            stack.extend(reversed(v))
+        else:
+            items = sorted(v.items(), key=lambda kv: (len(kv[0]), kv[0]))
+            out.append(_head(5, len(items)))
+            for k, x in reversed(items):
+                stack.append(x)
+                stack.append(_text(k))
+    return b"".join(out)
 
 
-def _cbor(value: Any) -> bytes:
-    """DAG-CBOR of ``value`` built by hand (any depth; libipld's encoder has a limit)."""
-    if value is None:
-        return b"\xf6"
-    if value is True or value is False:
-        return b"\xf5" if value else b"\xf4"
-    if isinstance(value, int):
-        return _head(0, value) if value >= 0 else _head(1, -1 - value)
-    if isinstance(value, str):
-        raw = value.encode("utf-8", "surrogatepass")  # invalid UTF-8 for a lone surrogate
-        return _head(3, len(raw)) + raw
-    if isinstance(value, list):
-        return _head(4, len(value)) + b"".join(_cbor(v) for v in value)
-    items = sorted(value.items(), key=lambda kv: (len(kv[0]), kv[0]))
-    return _head(5, len(items)) + b"".join(_cbor(k) + _cbor(v) for k, v in items)
+def _text(s: str) -> bytes:
+    raw = s.encode("utf-8", "surrogatepass")
+    return _head(3, len(raw)) + raw
 
 
 def _head(major: int, n: int) -> bytes:

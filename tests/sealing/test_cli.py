@@ -109,3 +109,14 @@ def test_example_regenerates(tmp_path: Path) -> None:
     subprocess.run([sys.executable, str(work / "make_example.py")], check=True, capture_output=True, timeout=60)
     r = runner.invoke(app, ["open", "--keyring", str(work / "keyring.json"), str(work / "records.json")])
     assert r.exit_code == 0, r.output
+
+
+def test_version_and_short_help() -> None:
+    from importlib.metadata import version
+
+    r = runner.invoke(app, ["--version"])
+    assert r.exit_code == 0 and r.output.strip() == f"gelbridge {version('gelbridge')}"
+    r = runner.invoke(app, ["-h"])
+    assert r.exit_code == 0 and "check" in r.output and "--install-completion" in r.output
+    r = runner.invoke(app, ["open", "-h"])
+    assert r.exit_code == 0 and "--keyring" in r.output
