@@ -130,6 +130,29 @@ class WorkerConfig(_Section):
     turn_deadline: float = Field(1800.0, gt=0)
 
 
+class ObservabilityConfig(_Section):
+    """``[observability]``: ``listen = "host:port"`` serves /healthz, /readyz, /metrics."""
+
+    listen: str | None = None
+
+    @field_validator("listen")
+    @classmethod
+    def _host_port(cls, v: str | None) -> str | None:
+        if v is not None:
+            host, sep, port = v.rpartition(":")
+            if not sep or not host or not port.isdigit() or not 0 <= int(port) <= 65535:
+                raise ValueError('must be "host:port", e.g. "127.0.0.1:9464"')
+        return v
+
+
+class LoggingConfig(_Section):
+    """``[logging]``: ``format`` (text or json) and ``level``; the command line and
+    ``$GELBRIDGE_LOG_LEVEL`` win over these."""
+
+    format: Literal["text", "json"] = "text"
+    level: Literal["debug", "info", "warning", "error"] | None = None
+
+
 class AccountEntry(_Section):
     """One ``[[accounts]]`` entry: an account served by this process, with its own PDS
     login, keyring, state directory and defaults (strictly separate from the others)."""
@@ -167,6 +190,8 @@ class Settings(_Section):
     thread: ThreadConfig = Field(default_factory=ThreadConfig)
     watch: WatchConfig = Field(default_factory=WatchConfig)
     worker: WorkerConfig = Field(default_factory=WorkerConfig)
+    observability: ObservabilityConfig = Field(default_factory=ObservabilityConfig)
+    logging: LoggingConfig = Field(default_factory=LoggingConfig)
     tools: dict[str, Any] = Field(default_factory=dict)
     mcp: dict[str, Any] = Field(default_factory=dict)
     accounts: list[AccountEntry] = Field(default_factory=list)

@@ -9,6 +9,7 @@ import signal
 import sys
 import time
 from datetime import datetime
+from enum import Enum
 from pathlib import Path
 from typing import Optional
 
@@ -19,15 +20,42 @@ from gelbridge.cli import app
 ConfigOption = typer.Option(None, "--config", "-c", help="TOML configuration file (or $GELBRIDGE_CONFIG).")
 
 
-def setup_logging(level: str) -> None:
-    """Structured-ish single-line logs on stderr (never content or keys)."""
-    logging.basicConfig(
-        level=getattr(logging, level.upper(), logging.INFO),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-        stream=sys.stderr,
-    )
+def setup_logging(level: str, fmt: str = "text") -> None:
+    """Single-line logs on stderr (never content or keys): text, or one JSON object a line."""
+    from gelbridge.observability import JsonFormatter
+
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(JsonFormatter() if fmt == "json" else
+                         logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(getattr(logging, level.upper(), logging.INFO))
     for noisy in ("httpx", "httpcore", "websockets", "mcp"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
+
+
+class LogLevel(str, Enum):
+    debug = "debug"
+    info = "info"
+    warning = "warning"
+    error = "error"
+
+
+class LogFormat(str, Enum):
+    text = "text"
+    json = "json"
+
+
+LogLevelOption = typer.Option(None, "--log-level", envvar="GELBRIDGE_LOG_LEVEL", case_sensitive=False,
+                              help="debug, info, warning or error (default: [logging] level, else info).")
+LogFormatOption = typer.Option(None, "--log-format",
+                               help="text, or json: one JSON object a line (default: [logging] format).")
+
+
+def _logging_for(settings: object, level: LogLevel | str | None, fmt: LogFormat | None) -> None:
+    lc = settings.logging  # type: ignore[attr-defined]
+    chosen = level.value if isinstance(level, LogLevel) else level
+    setup_logging((chosen or lc.level or "info").lower(), fmt.value if fmt is not None else lc.format)
 
 
 async def _run_until_signal(worker: object) -> None:
@@ -83,7 +111,8 @@ def _checked(settings: object, *, login: bool) -> list[str]:
 @app.command("check")
 def check_command(
     config: Optional[Path] = ConfigOption,
-    log_level: str = typer.Option("warning", "--log-level", help="debug, info, warning or error."),
+    log_level: Optional[LogLevel] = LogLevelOption,
+    log_format: Optional[LogFormat] = LogFormatOption,
 ) -> None:
     """Check the configuration against the world, then exit: every provider's adapter
     and API key, default models and tools, keyrings, MCP servers (started and listed),
@@ -94,8 +123,8 @@ def check_command(
     """
     from gelbridge.config import load_config
 
-    setup_logging(log_level)
     settings = load_config(config)
+    _logging_for(settings, log_level or "warning", log_format)
     for line in _checked(settings, login=True):
         print(f"  {line}")
     print("check: ok")
@@ -104,7 +133,8 @@ def check_command(
 @app.command("run")
 def run_command(
     config: Optional[Path] = ConfigOption,
-    log_level: str = typer.Option("info", "--log-level", help="debug, info, warning or error."),
+    log_level: Optional[LogLevel] = LogLevelOption,
+    log_format: Optional[LogFormat] = LogFormatOption,
 ) -> None:
     """Watch your PDS and answer every message that asks for a reply (until Ctrl-C / SIGTERM).
 
@@ -115,8 +145,8 @@ def run_command(
     from gelbridge.config import load_config
     from gelbridge.worker import Worker
 
-    setup_logging(log_level)
     settings = load_config(config)
+    _logging_for(settings, log_level, log_format)
     _checked(settings, login=False)  # the worker logs in itself, before it says ready
     if settings.accounts or settings.watch.source == "jetstream":
         # Many accounts in one process, or one Jetstream connection for them: the Bridge

@@ -114,6 +114,8 @@ class Worker:
         self.started = False
         self.stats: defaultdict[str, int] = defaultdict(int)
         self.reports: list[TurnReport] = []
+        self.metrics: Any = None  # gelbridge.observability.Metrics, when [observability] listen is set
+        self.label = settings.account.identifier or ""
 
     # --- start-up ---------------------------------------------------------------------------
 
@@ -124,6 +126,10 @@ class Worker:
     async def start(self) -> None:
         """Open state, log in (or resume), load keyring, tools and the model client."""
         s = self.settings
+        if s.observability.listen and self.metrics is None:
+            from gelbridge.observability import Metrics
+
+            self.metrics = Metrics()
         if self.store is None:
             self.store = StateStore.open_dir(s.state_dir)
             self._owned.add("store")
@@ -152,7 +158,7 @@ class Worker:
         self.deps = TurnDeps(
             settings=s, pds=self.pds, did=self.did, keyring=self.keyring, store=self.store,
             view=self.view, opened=self.opened, model=self.model, registry=self.registry,
-            side=self.side,
+            side=self.side, metrics=self.metrics, label=self.label,
         )
         self.scheduler = Scheduler(self._run_turn, self._cancel_queued, concurrency=s.worker.concurrency)
         self.started = True
@@ -353,6 +359,8 @@ class Worker:
                 if existing is None:
                     return "raced"
             else:
+                if self.metrics is not None:
+                    self.metrics.claimed(self.label)
                 self._submit(ask, writer, received)
                 return "claimed"
         cid, value = existing
@@ -402,6 +410,8 @@ class Worker:
 
     async def _run_turn(self, job: TurnJob) -> TurnReport:
         report = await run_turn(self.deps, job)
+        if self.metrics is not None:
+            self.metrics.turn_finished(self.label, report)
         self.stats[f"turn-{report.status}"] += 1
         self.reports.append(report)
         del self.reports[:-1000]
@@ -553,12 +563,45 @@ class Worker:
             if isinstance(self.source, PollSource):
                 self._tasks.append(asyncio.create_task(self.source.run(), name=name))
             self._tasks.append(asyncio.create_task(self.sweep_loop(at_start=not s.worker.backfill), name="sweep"))
+            if s.observability.listen:
+                self._tasks.append(asyncio.create_task(self._serve_observability(s.observability.listen),
+                                                       name="observability"))
             self._say("ready: answering messages (Ctrl-C to stop)")
             if ready is not None:
                 ready.set()
             await run_until(stop, self._tasks)
         finally:
             await self.aclose()
+
+    async def _serve_observability(self, listen: str) -> None:
+        """``/healthz``, ``/readyz``, ``/metrics`` for this account until cancelled."""
+        from gelbridge.observability import Readiness, serve_http
+
+        assert self.metrics is not None
+        metrics = self.metrics
+        seen_reconnects = 0
+
+        def probes() -> list[tuple[str, bool, bool]]:
+            src = self.source
+            connected = src.connected.is_set() if isinstance(src, FirehoseSource) else src is not None
+            return [(self.label, self.started and self.pds is not None and self.pds.session is not None, connected)]
+
+        def before_scrape() -> None:
+            nonlocal seen_reconnects
+            metrics.queue_depth.labels(self.label).set(self.scheduler.queued)
+            metrics.in_flight.labels(self.label).set(self.scheduler.running)
+            src = self.source
+            if isinstance(src, FirehoseSource):
+                metrics.reconnects.labels("firehose").inc(src.reconnects - seen_reconnects)
+                seen_reconnects = src.reconnects
+                if src.last_event_at is not None:
+                    metrics.event_age.labels("firehose").set(time.monotonic() - src.last_event_at)
+
+        self.http = await serve_http(listen, metrics, Readiness(probes), before_scrape)
+        try:
+            await asyncio.Event().wait()
+        finally:
+            self.http.close()
 
     async def wait_idle(self, timeout: float | None = None) -> bool:
         return await self.scheduler.wait_idle(timeout)

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import time
 import logging
 from collections.abc import Awaitable, Callable, Iterable
 from contextlib import aclosing
@@ -126,6 +127,7 @@ class FirehoseSource:
         self.open_timeout = open_timeout
         self.connected = asyncio.Event()
         self.reconnects = 0
+        self.last_event_at: float | None = None  # time.monotonic() of the last event
         self.events = 0
         self.retries = 0
 
@@ -196,6 +198,7 @@ class FirehoseSource:
                                 await self._marker(item)
                             continue
                         self.events += 1
+                        self.last_event_at = time.monotonic()
                         await self._slots.acquire()
                         self.tracker.begin(item.seq)
                         t = asyncio.create_task(self._handle(item))

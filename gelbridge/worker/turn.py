@@ -111,6 +111,8 @@ class TurnDeps:
     registry: Any = None  # gelbridge.tools.ToolRegistry | None
     side: SideRecords | None = None  # conversation/settings records, kept current by events
     blob_cache: OrderedDict[str, bytes] = field(default_factory=OrderedDict)
+    metrics: Any = None  # gelbridge.observability.Metrics | None
+    label: str = ""  # the account's name in metrics
 
 
 @dataclass
@@ -255,6 +257,8 @@ async def _run_tools(
     )
     results: dict[str, ToolResultPart] = {}
     for o in outcomes:
+        if deps.metrics is not None:
+            deps.metrics.tool_outcome(deps.label, o.is_error)
         blob: BlobRef | None = None
         if o.long_output is not None and job.ask.key_id in deps.keyring:
             data = o.long_output.encode("utf-8")

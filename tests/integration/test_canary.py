@@ -25,6 +25,7 @@ import pytest
 
 from gelbridge.dev.model_server import Fail, MidStreamError, ModelServer, ToolCall, Turn
 from gelbridge.dev.pds import AccountInfo, DevPds
+from gelbridge.observability import JsonFormatter
 from gelbridge.records import (
     CONVERSATION_COLLECTION,
     MESSAGE_COLLECTION,
@@ -166,6 +167,11 @@ async def test_a_canary_in_every_kind_of_content_appears_nowhere_outside_ciphert
     leaked = [r for r in caplog.records if hits(r.getMessage()) or hits(str(r.exc_text or ""))]
     assert not leaked, [f"{r.name}: {r.getMessage()[:200]}" for r in leaked]
     assert not hits(caplog.text)
+    # the same records as JSON lines (--log-format json): one object each, no canary
+    fmt = JsonFormatter()
+    for r in caplog.records:
+        line = fmt.format(r)
+        assert "\n" not in line and isinstance(json.loads(line), dict) and not hits(line)
     # every state file
     for f in state.iterdir():
         assert not hits(f.read_bytes().decode("latin-1")), f

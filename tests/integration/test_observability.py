@@ -1,0 +1,90 @@
+"""Health, readiness and metrics of a running worker on the real local PDS: /healthz,
+/readyz and /metrics answer; the metrics parse with prometheus_client's own parser and
+move after a turn; labels hold account names and gelbridge's own words only."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from gelbridge.dev.model_server import ModelServer, Turn
+from gelbridge.dev.pds import AccountInfo, DevPds
+from gelbridge.observability import JsonFormatter
+from gelbridge.records import new_tid
+from gelbridge.sealing import Keyring
+
+from .conftest import App, make_settings, running_worker
+
+pytestmark = [pytest.mark.pds, pytest.mark.timeout(300)]
+
+
+def samples(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    out = {}
+    for fam in text_string_to_metric_families(text):
+        for s in fam.samples:
+            out[(s.name, tuple(sorted(s.labels.items())))] = s.value
+    return out
+
+
+async def test_a_running_worker_answers_healthz_readyz_and_metrics_that_move_after_a_turn(
+    dev_pds: DevPds, pds_account: AccountInfo, keyring: tuple[Keyring, str], app: App,
+    model_server: ModelServer, tmp_path: Path,
+) -> None:
+    settings = make_settings(dev_pds.pds_url, pds_account, tmp_path / "state", model_server.url,
+                             observability={"listen": "127.0.0.1:0"})
+    secret = "secret-canary-7d1"
+    async with running_worker(settings, pds_account, keyring[0]) as worker:
+        deadline = time.monotonic() + 30
+        while getattr(worker, "http", None) is None and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
+        host, port = worker.http.sockets[0].getsockname()[:2]
+        base = f"http://{host}:{port}"
+        async with httpx.AsyncClient(base_url=base, timeout=10) as http:
+            assert (await http.get("/healthz")).status_code == 200
+            ready = await http.get("/readyz")
+            assert ready.status_code == 200 and ready.text == "ready\n"
+            before = samples((await http.get("/metrics")).text)
+            model_server.enqueue(Turn(text=f"an answer with {secret}"))
+            k = await app.send(f"a question with {secret}", conversation=new_tid())
+            await app.wait_status(f"{k}.r0", "complete", timeout=60)
+            await worker.wait_idle(10)
+            page = (await http.get("/metrics")).text
+            after = samples(page)
+            assert (await http.get("/nope")).status_code == 404
+            worker.source.connected.clear()  # as while the firehose reconnects
+            assert (await http.get("/readyz")).status_code == 503
+            worker.source.connected.set()
+    acct = (("account", pds_account.handle),)
+    assert after[("gelbridge_turns_total", (*acct, ("status", "complete")))] == 1
+    assert before.get(("gelbridge_turns_total", (*acct, ("status", "complete"))), 0) == 0
+    assert after[("gelbridge_pds_write_points_total", acct)] >= 4  # claim + final, 2 points each
+    assert after[("gelbridge_bridge_overhead_ms_count", acct)] == 1
+    assert after[("gelbridge_model_latency_seconds_count", acct)] == 1
+    assert ("gelbridge_replies_in_flight", acct) in after and ("gelbridge_queue_depth", acct) in after
+    assert secret not in page and "question" not in page
+
+
+def test_json_logs_are_one_object_a_line_and_keep_no_exception_text() -> None:
+    fmt = JsonFormatter()
+    rec = logging.LogRecord("gelbridge.x", logging.WARNING, __file__, 1, "reply %s failed (%s)", ("3mk.r0", "E"),
+                            None)
+    try:
+        raise KeyError("sealed text")
+    except KeyError:
+        import sys
+
+        rec2 = logging.LogRecord("gelbridge.y", logging.ERROR, __file__, 2, "boom", (), sys.exc_info())
+    for r in (rec, rec2):
+        line = fmt.format(r)
+        assert "\n" not in line
+        obj = json.loads(line)
+        assert set(obj) >= {"ts", "level", "logger", "message"} and obj["ts"].endswith("Z")
+    assert json.loads(fmt.format(rec))["message"] == "reply 3mk.r0 failed (E)"
+    assert "sealed text" not in fmt.format(rec2) and json.loads(fmt.format(rec2))["error"] == "KeyError"
