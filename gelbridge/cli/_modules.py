@@ -5,3 +5,4 @@ from gelbridge.cli import reply  # noqa: E402,F401
 from gelbridge.cli import adapters  # noqa: E402,F401
 from gelbridge.cli import run  # noqa: E402,F401
 from gelbridge.cli import dev  # noqa: E402,F401
+from gelbridge.cli import send  # noqa: E402,F401
