@@ -106,6 +106,9 @@ class RepliesConfig(_Section):
     #: the largest putRecord request body the PDS accepts (the reference PDS: 150 KiB of
     #: JSON); a reply is cut to fit one write (finishReason ``length``)
     max_write_bytes: int = Field(150 * 1024, ge=16 * 1024)
+    #: PDS write points kept for claims and final writes: progress updates stop while the
+    #: PDS says fewer remain before its reset (``ratelimit-remaining``)
+    reserve_points: int = Field(100, ge=0)
 
 
 class ThreadConfig(_Section):

@@ -219,6 +219,42 @@ def _bytes_json(value: Any) -> Any:
 # --- the client -----------------------------------------------------------------------------
 
 
+#: Write costs on the reference PDS (``src/rate-limits.ts``): putRecord is always 2.
+WRITE_POINTS = {"com.atproto.repo.putRecord": 2, "com.atproto.repo.createRecord": 3,
+                "com.atproto.repo.deleteRecord": 1}
+
+
+@dataclass
+class WriteBudget:
+    """The account's PDS write budget as this client last saw it: from the PDS's
+    ``ratelimit-*`` headers when it sends them (rate limits on), else only the points
+    this client spent (``remaining`` unknown). Shared with the user's own app."""
+
+    spent: int = 0  # points this client's writes cost (known costs)
+    limit: int | None = None
+    remaining: int | None = None
+    reset_at: float | None = None  # epoch seconds
+
+    def seen(self, headers: Mapping[str, str]) -> None:
+        try:
+            if "ratelimit-remaining" in headers:
+                self.remaining = int(float(headers["ratelimit-remaining"]))
+            if "ratelimit-limit" in headers:
+                self.limit = int(float(headers["ratelimit-limit"].split(";")[0]))
+            if "ratelimit-reset" in headers:
+                self.reset_at = float(headers["ratelimit-reset"])
+        except ValueError:
+            pass
+
+    def low(self, reserve: int) -> bool:
+        """Fewer than ``reserve`` points left before the reset (as far as is known)."""
+        if self.remaining is None:
+            return False
+        if self.reset_at is not None and time.time() >= self.reset_at:
+            return False  # a new window began
+        return self.remaining < reserve
+
+
 class PdsClient:
     """Async XRPC client for one PDS account (or unauthenticated reads).
 
@@ -239,6 +275,7 @@ class PdsClient:
         backoff_base: float = 0.5,
         backoff_cap: float = 8.0,
         max_rate_limit_wait: float = 60.0,
+        max_budget_wait: float = 7200.0,
         refresh_margin: float = 300.0,
         http: httpx.AsyncClient | None = None,
     ) -> None:
@@ -249,6 +286,8 @@ class PdsClient:
         self._backoff_base = backoff_base
         self._backoff_cap = backoff_cap
         self._max_rate_limit_wait = max_rate_limit_wait
+        self._max_budget_wait = max_budget_wait
+        self.budget = WriteBudget()
         self._refresh_margin = refresh_margin
         self._owns_http = http is None
         self._http = http or httpx.AsyncClient(
@@ -435,10 +474,14 @@ class PdsClient:
         *,
         swap_record: str | None | _Unset = UNSET,
         validate: bool | None = None,
+        must_land: bool = False,
     ) -> PutResult:
         """putRecord. ``swap_record=None`` = create-only, a CID = update-only-if-unchanged.
 
         Raises :class:`ClaimConflict` when the swap does not match (``InvalidSwap``).
+        ``must_land`` (a reply's claim or final write): when the PDS's write budget is
+        spent (429), wait until its ``ratelimit-reset`` and write then, however far off
+        (up to ``max_budget_wait``), instead of giving up after ``max_rate_limit_wait``.
         """
         body: dict[str, Any] = {
             "repo": self.did,
@@ -451,8 +494,8 @@ class PdsClient:
         if validate is not None:
             body["validate"] = validate
         data = await self._call(
-            "POST", "com.atproto.repo.putRecord", json_body=body, auth="required", retry="write",
-            what=f"putRecord {collection}/{rkey}",
+            "POST", "com.atproto.repo.putRecord", json_body=body, auth="required",
+            retry="must_land" if must_land else "write", what=f"putRecord {collection}/{rkey}",
         )
         return PutResult(uri=data["uri"], cid=data["cid"], committed="commit" in data)
 
@@ -574,7 +617,10 @@ class PdsClient:
                 elif content is not None:
                     kwargs["content"] = content
                 resp = await self._http.request(method, f"{self.pds_url}/xrpc/{nsid}", **kwargs)
+                if method == "POST":
+                    self.budget.seen(resp.headers)
                 if resp.status_code == 200:
+                    self.budget.spent += WRITE_POINTS.get(nsid, 0)
                     if not resp.content:
                         return {}
                     try:  # never RecursionError: a record nested too deep is cut, then rejected alone
@@ -601,8 +647,12 @@ class PdsClient:
 
         ``read``: retry connection errors, timeouts, 5xx and 429. ``write``: retry only
         connect errors (the request never left) and 429 (the PDS did nothing).
+        ``must_land``: as ``write``, and a 429 waits for the budget's reset however long
+        (up to ``max_budget_wait`` in all), never counting as a failed attempt.
         """
-        for n in range(self._max_retries + 1):
+        budget_waited = 0.0
+        n = 0  # failed attempts so far
+        while True:
             last = n == self._max_retries
             try:
                 return await attempt()
@@ -616,6 +666,12 @@ class PdsClient:
                 delay = self._backoff(n)
             except PdsRateLimited as e:
                 wait = e.retry_after if e.retry_after is not None else self._backoff(n)
+                if retry == "must_land" and budget_waited + wait <= self._max_budget_wait:
+                    log.warning("PDS write budget spent on %s; waiting %.0f s for its reset, then writing",
+                                what, wait)
+                    budget_waited += wait
+                    await asyncio.sleep(wait + 0.5)
+                    continue  # waiting out the budget is not a failed attempt
                 if last or wait > self._max_rate_limit_wait:
                     raise
                 delay = wait
@@ -624,8 +680,8 @@ class PdsClient:
                     raise
                 delay = self._backoff(n)
             log.info("PDS %s failed, retry %d/%d in %.1f s", what, n + 1, self._max_retries, delay)
+            n += 1
             await asyncio.sleep(delay)
-        raise AssertionError("unreachable")  # pragma: no cover
 
     def _backoff(self, n: int) -> float:
         return backoff_delay(n + 1, base=self._backoff_base, cap=self._backoff_cap, spread=(0.5, 1.0))

@@ -334,6 +334,7 @@ class Worker:
             conversation=ask.conversation, key_id=ask.key_id, keyring=self.keyring,
             update_interval=self.settings.replies.update_interval,
             max_write_bytes=self.settings.replies.max_write_bytes,
+            reserve_points=self.settings.replies.reserve_points,
         )
 
     async def _claim_and_submit(self, ask: Ask, received: float, *, existing: Any) -> str:

@@ -175,6 +175,7 @@ class ReplyWriter:
         keyring: Mapping[str, bytes],
         update_interval: float = 2.0,
         max_write_bytes: int = 150 * 1024,
+        reserve_points: int = 100,
         created_at: str | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
@@ -187,6 +188,7 @@ class ReplyWriter:
         self.keyring = keyring
         self.update_interval = update_interval
         self.content_budget = content_budget(max_write_bytes)
+        self.reserve_points = reserve_points
         self.created_at = created_at or now_datetime()
         self.uri = AtUri(view.did, MESSAGE_COLLECTION, reply_rkey)
         self.cid: str | None = None
@@ -234,8 +236,12 @@ class ReplyWriter:
 
     # --- writes --------------------------------------------------------------------------------
 
-    async def _put(self, value: dict[str, Any], *, swap: str | None) -> None:
-        res = await self.pds.put_record(MESSAGE_COLLECTION, self.reply_rkey, value, swap_record=swap)
+    async def _put(self, value: dict[str, Any], *, swap: str | None, must_land: bool = False) -> None:
+        if must_land:  # the claim and the final write wait out a spent write budget
+            res = await self.pds.put_record(MESSAGE_COLLECTION, self.reply_rkey, value, swap_record=swap,
+                                            must_land=True)
+        else:
+            res = await self.pds.put_record(MESSAGE_COLLECTION, self.reply_rkey, value, swap_record=swap)
         self.cid = res.cid
         self.status = value["status"]
         self.view.put(self.reply_rkey, res.cid, value)
@@ -248,7 +254,7 @@ class ReplyWriter:
         )
         t0 = time.perf_counter()
         async with self._lock:
-            await self._put(value, swap=None)
+            await self._put(value, swap=None, must_land=True)
         self.claim_ms += (time.perf_counter() - t0) * 1000
 
     def adopt(self, cid: str, value: Mapping[str, Any]) -> None:
@@ -263,6 +269,9 @@ class ReplyWriter:
         """Schedule a ``streaming`` update if one is due (never blocks, never per token)."""
         if self.update_interval <= 0 or self.lost:
             return
+        budget = getattr(self.pds, "budget", None)
+        if budget is not None and budget.low(self.reserve_points):
+            return  # the PDS write budget runs low: keep it for claims and final writes
         now = self._clock()
         if now - self._last_progress < self.update_interval:
             return
@@ -351,5 +360,5 @@ class ReplyWriter:
         )
         t0 = time.perf_counter()
         async with self._lock:
-            await self._put(value, swap=self.cid)
+            await self._put(value, swap=self.cid, must_land=True)
         self.write_ms += (time.perf_counter() - t0) * 1000

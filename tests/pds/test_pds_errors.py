@@ -45,3 +45,19 @@ def test_session_repr_hides_tokens() -> None:
     s = Session("did:plc:a", "a.test", "ACCESS-SECRET", "REFRESH-SECRET")
     assert "SECRET" not in repr(s) and "SECRET" not in str(s)
     assert Session.from_dict(s.to_dict()) == s
+
+
+def test_the_write_budget_follows_the_pds_headers_and_a_new_window() -> None:
+    import time as _time
+
+    from gelbridge.pds import WriteBudget
+
+    b = WriteBudget()
+    assert not b.low(100)  # nothing known: never low
+    b.seen({"ratelimit-limit": "5000;w=3600", "ratelimit-remaining": "42",
+            "ratelimit-reset": str(_time.time() + 60)})
+    assert (b.limit, b.remaining) == (5000, 42) and b.low(100) and not b.low(10)
+    b.seen({"ratelimit-reset": str(_time.time() - 1)})  # the window is over: not low any more
+    assert not b.low(100)
+    b.seen({"ratelimit-remaining": "many"})  # garbage is ignored
+    assert b.remaining == 42

@@ -18,7 +18,8 @@ class FakePds:
         self.puts: list[tuple[str, dict[str, Any], Any]] = []
         self.records: dict[str, tuple[str, dict[str, Any]]] = {}
 
-    async def put_record(self, collection: str, rkey: str, value: dict[str, Any], *, swap_record: Any) -> PutResult:
+    async def put_record(self, collection: str, rkey: str, value: dict[str, Any], *, swap_record: Any,
+                         must_land: bool = False) -> PutResult:
         cur = self.records.get(rkey)
         if (swap_record is None and cur is not None) or (swap_record is not None and (cur is None or cur[0] != swap_record)):
             raise ClaimConflict("swap mismatch")

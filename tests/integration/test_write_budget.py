@@ -1,0 +1,83 @@
+"""The PDS write budget, through a proxy in front of the real PDS that plays a rate-limited
+PDS: a 429 with ``ratelimit-reset`` on a final write waits for the reset and writes then
+(the reply never stays streaming, the model is asked once); while the PDS reports fewer
+points than ``[replies] reserve_points`` no progress update is spent."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+
+from gelbridge.dev.model_server import ModelServer, Turn
+from gelbridge.dev.pds import AccountInfo, DevPds
+from gelbridge.records import new_tid
+from gelbridge.sealing import Keyring
+
+from .conftest import App, make_settings, running_worker, text_of
+from .rate_limit_proxy import RateLimitProxy
+
+pytestmark = [pytest.mark.pds, pytest.mark.timeout(300)]
+
+
+def final_write(path: str, body: bytes) -> bool:
+    return "putRecord" in path and b'"status":"complete"' in body
+
+
+async def test_a_rate_limited_final_write_waits_for_the_reset_and_lands(
+    dev_pds: DevPds, pds_account: AccountInfo, keyring: tuple[Keyring, str], app: App,
+    model_server: ModelServer, tmp_path: Path,
+) -> None:
+    refused_once = {"n": 0}
+
+    def refuse(path: str, body: bytes) -> bool:
+        if final_write(path, body) and refused_once["n"] == 0:
+            refused_once["n"] += 1
+            return True
+        return False
+
+    proxy = await RateLimitProxy(dev_pds.pds_url, refuse, reset_in=4).start()
+    try:
+        settings = make_settings(proxy.url, pds_account, tmp_path / "state", model_server.url,
+                                 watch={"source": "poll", "poll_interval": 0.3})
+        async with running_worker(settings, pds_account, keyring[0]) as worker:
+            model_server.enqueue(Turn(text="worth the wait"))
+            k = await app.send("hello", conversation=new_tid())
+            rec, content = await app.wait_status(f"{k}.r0", "complete", timeout=60)
+            landed = time.time()
+            await worker.wait_idle(10)
+    finally:
+        await proxy.stop()
+    assert len(proxy.refused) == 1 and landed - proxy.refused[0] >= 3
+    assert text_of(content) == "worth the wait" and len(model_server.requests) == 1
+
+
+async def test_no_progress_update_is_spent_while_the_budget_is_low(
+    dev_pds: DevPds, pds_account: AccountInfo, keyring: tuple[Keyring, str], app: App,
+    model_server: ModelServer, tmp_path: Path,
+) -> None:
+    writes: dict[str, list[bytes]] = {"streaming": []}
+
+    def watch(path: str, body: bytes) -> bool:
+        if "putRecord" in path and b'"status":"streaming"' in body:
+            writes["streaming"].append(body)
+        return False
+
+    counts = {}
+    for remaining in (4000, 20):
+        writes["streaming"].clear()
+        proxy = await RateLimitProxy(dev_pds.pds_url, watch, remaining=remaining).start()
+        try:
+            settings = make_settings(proxy.url, pds_account, tmp_path / f"state-{remaining}", model_server.url,
+                                     watch={"source": "poll", "poll_interval": 0.3},
+                                     replies={"update_interval": 0.2, "reserve_points": 100})
+            async with running_worker(settings, pds_account, keyring[0]) as worker:
+                model_server.enqueue(Turn(text="slow words " * 20, chunk_size=5, chunk_delay=0.05))
+                k = await app.send("talk slowly", conversation=new_tid())
+                await app.wait_status(f"{k}.r0", "complete", timeout=60)
+                await worker.wait_idle(10)
+        finally:
+            await proxy.stop()
+        counts[remaining] = len(writes["streaming"])
+    assert counts[4000] > 0 and counts[20] == 0, counts
