@@ -67,7 +67,8 @@ async def test_no_progress_update_is_spent_while_the_budget_is_low(
     counts = {}
     for remaining in (4000, 20):
         writes["streaming"].clear()
-        proxy = await RateLimitProxy(dev_pds.pds_url, watch, remaining=remaining).start()
+        # the window resets in an hour: a reset seen during the turn would (rightly) lift the limit
+        proxy = await RateLimitProxy(dev_pds.pds_url, watch, remaining=remaining, reset_in=3600).start()
         try:
             settings = make_settings(proxy.url, pds_account, tmp_path / f"state-{remaining}", model_server.url,
                                      watch={"source": "poll", "poll_interval": 0.3},
