@@ -144,21 +144,8 @@ def mcp_problems(mcp_table: dict[str, Any]) -> list[str]:
 
 
 def mcp_servers(mcp_table: dict[str, Any]) -> dict[str, McpServerConfig]:
-    """Parse ``[mcp.servers.*]``."""
-    unknown = set(mcp_table) - {"servers"}
-    if unknown:
-        raise ConfigError(f"[mcp] has unknown key(s) {', '.join(sorted(unknown))}; servers go in [mcp.servers.<name>]")
-    servers = mcp_table.get("servers", {})
-    if not isinstance(servers, dict):
-        raise ConfigError("[mcp.servers] must be a table of servers")
-    out: dict[str, McpServerConfig] = {}
-    for name, raw in servers.items():
-        if not name or len(name) > 64:
-            raise ConfigError(f"[mcp.servers] server name {name!r} must be 1-64 characters")
-        try:
-            out[name] = McpServerConfig.model_validate(raw)
-        except ValidationError as e:
-            first = e.errors()[0]
-            where = ".".join(str(p) for p in first["loc"])
-            raise ConfigError(f"[mcp.servers.{name}] {where + ': ' if where else ''}{first['msg']}") from None
-    return out
+    """Parse ``[mcp.servers.*]``; ConfigError with the first of :func:`mcp_problems`."""
+    problems = mcp_problems(mcp_table)
+    if problems:
+        raise ConfigError(problems[0])
+    return {name: McpServerConfig.model_validate(raw) for name, raw in mcp_table.get("servers", {}).items()}

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import json
 from collections.abc import Callable
 from pathlib import Path
 
@@ -13,7 +12,6 @@ from gelbridge.adapters.client import ModelClient
 from gelbridge.adapters.registry import AdapterRegistry
 from gelbridge.dev.model_server import (
     CutStream,
-    Delay,
     Fail,
     MalformedBody,
     MidStreamError,

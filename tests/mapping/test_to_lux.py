@@ -23,7 +23,6 @@ from gelbridge.records import (
     PlainContent,
     ReasoningPart,
     SourcePart,
-    TextPart,
     UnknownPart,
 )
 from gelbridge.tools.approval import resolve_approvals
