@@ -169,6 +169,9 @@ class Bridge:
         self.stats: Counter[str] = Counter()
         self.sources: dict[str, Any] = {}  # what serve() follows, by name (after source_coroutines())
         self.jetstream: Any = None  # the JetstreamSource, for source = "jetstream"
+        self._serving = False  # serve() follows sources of its own (else records are fed)
+        self.metrics: Any = None  # gelbridge.observability.Metrics, when [observability] listen is set
+        self.watched: Any = None  # gelbridge.observability.Watched, while it serves
 
     @classmethod
     def from_config(cls, path: str | Path | None = None, **kw: Any) -> Bridge:
@@ -209,12 +212,19 @@ class Bridge:
         self._loop = asyncio.get_running_loop()
         self._loop_thread = threading.get_ident()
         self._store = StateStore.open_dir(self.settings.state_dir)
+        listen = self.settings.observability.listen
+        if listen and self.metrics is None:
+            from gelbridge.observability import Metrics
+
+            self.metrics = Metrics()  # one registry for every account (labelled by account)
         started: list[AccountContext] = []
         try:
             for entry in self._entries:
                 acct = self.settings.for_account(entry)
                 shared = acct.state_dir == self.settings.state_dir
                 worker = self._new_worker(acct, self._keyrings.get(entry.label), self._store if shared else None)
+                if self.metrics is not None:
+                    worker.metrics, worker.label = self.metrics, entry.label
                 await worker.start()
                 ctx = AccountContext(entry.label, worker.did, acct, worker)
                 if ctx.did in self._by_did:
@@ -231,6 +241,11 @@ class Bridge:
             self._store.close()
             self._store = None
             raise
+        relays: dict[str, Any] = {}  # one relay budget per PDS host: the relay counts the host's events
+        for ctx in self._by_did.values():
+            pds = getattr(ctx.worker, "pds", None)
+            if getattr(pds, "relay", None) is not None:
+                pds.relay = relays.setdefault(pds.relay.host, pds.relay)  # type: ignore[union-attr]
         self._filter = RecordFilter.for_dids(self._by_did)
         self._shards = [asyncio.Queue() for _ in range(self._n_shards)]
         self._room = asyncio.Event()
@@ -243,6 +258,12 @@ class Bridge:
             if self.backfill_on_start:
                 self._tasks.append(asyncio.create_task(backfill_logged(ctx.label, ctx.worker),
                                                        name=f"backfill-{ctx.label}"))
+        if listen:
+            from gelbridge.observability import Watched
+
+            self.watched = Watched(self.metrics, lambda: [(c.label, c.worker) for c in self._by_did.values()],
+                                   lambda: self.sources if self._serving else None)
+            self._tasks.append(asyncio.create_task(self.watched.serve(listen), name="observability"))
         self._running = True
         log.info("bridge serving %d account(s)", len(self._by_did))
 
@@ -416,6 +437,7 @@ class Bridge:
         if not self._running:
             await self.start()
         tasks = [asyncio.create_task(c, name=n) for n, c in self.source_coroutines()]
+        self._serving = True
         try:
             await run_until(stop, tasks)
         finally:

@@ -17,6 +17,7 @@ from __future__ import annotations
 import os
 import tomllib
 from pathlib import Path
+from urllib.parse import urlsplit
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
@@ -111,6 +112,26 @@ class RepliesConfig(_Section):
     reserve_points: int = Field(100, ge=0)
 
 
+class RelayConfig(_Section):
+    """``[relay]``: a relay's per-host event limits, for a self-hosted PDS. Bluesky's relay
+    takes 50 events/s, 2,600/h and 21,000/day from a new PDS host, and every record write
+    is an event; progress updates are spaced out, then skipped, as this process's writes
+    to the host near them. ``auto``: on unless the PDS is Bluesky-hosted or on loopback."""
+
+    limits: Literal["auto", "on", "off"] = "auto"
+    events_per_second: int = Field(50, ge=1)
+    events_per_hour: int = Field(2600, ge=1)
+    events_per_day: int = Field(21000, ge=1)
+
+    def applies_to(self, pds_url: str) -> bool:
+        if self.limits != "auto":
+            return self.limits == "on"
+        host = (urlsplit(pds_url).hostname or "").lower()
+        bluesky = host == "bsky.social" or host.endswith((".bsky.network", ".bsky.social"))
+        loopback = host in ("localhost", "::1") or host.startswith("127.")
+        return not (bluesky or loopback)
+
+
 class ThreadConfig(_Section):
     max_depth: int = 500
 
@@ -190,6 +211,7 @@ class Settings(_Section):
     providers: dict[str, ProviderConfig] = Field(default_factory=dict)
     adapters: AdaptersConfig = Field(default_factory=AdaptersConfig)
     replies: RepliesConfig = Field(default_factory=RepliesConfig)
+    relay: RelayConfig = Field(default_factory=RelayConfig)
     thread: ThreadConfig = Field(default_factory=ThreadConfig)
     watch: WatchConfig = Field(default_factory=WatchConfig)
     worker: WorkerConfig = Field(default_factory=WorkerConfig)

@@ -108,9 +108,14 @@ class JetstreamSource:
         backoff_cap: float = 30.0,
         open_timeout: float = 10.0,
         cursor_save_interval: float = 1.0,
+        on_reconnect: Callable[[], None] | None = None,
     ) -> None:
+        """``on_reconnect`` is called after a connection that follows a lost one (events
+        may have been missed: the workers drop cached side records and sweep)."""
         self.url = url
         self.filter = RecordFilter.for_dids(dids, prefix)
+        self.dids = frozenset(self.filter.dids or ())
+        self.on_reconnect = on_reconnect
         self.store = store
         self.handler = handler
         self.rewind_seconds = rewind_seconds
@@ -125,9 +130,15 @@ class JetstreamSource:
         self._saved_at = 0.0
         self.connected = asyncio.Event()
         self.connects = 0
+        self.last_event_at: float | None = None  # time.monotonic() of the last message
         self.handled = 0
         self.duplicates = 0
         self.skipped = 0
+
+    @property
+    def reconnects(self) -> int:
+        """Connections after the first."""
+        return max(0, self.connects - 1)
 
     def current_url(self) -> str:
         """The URL of the next connection (cursor rewound)."""
@@ -213,8 +224,14 @@ class JetstreamSource:
                     self.connects += 1
                     if failures or stuck:
                         log.info("Jetstream reconnected (cursor %s)", self.cursor)
+                    if self.connects > 1 and self.on_reconnect is not None:
+                        try:
+                            self.on_reconnect()
+                        except Exception as e:  # noqa: BLE001 - never ends the watch
+                            log.error("reconnect hook failed (%s)", type(e).__name__)
                     failures = 0
                     async for message in ws:
+                        self.last_event_at = time.monotonic()
                         if await self.handle_message(message):
                             stuck = 0
             except (OSError, TimeoutError, websockets.InvalidHandshake, websockets.InvalidURI,

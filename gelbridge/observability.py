@@ -23,16 +23,13 @@ import asyncio
 import json
 import logging
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 log = logging.getLogger("gelbridge.observability")
-
-#: What a reply record write costs on the reference PDS (``putRecord`` is always 2).
-PUT_RECORD_POINTS = 2
 
 _MS_BUCKETS = (0.1, 0.25, 0.5, 1, 2.5, 5, 10, 25, 50, 100, 250, 500, 1000)
 _S_BUCKETS = (0.1, 0.25, 0.5, 1, 2.5, 5, 10, 20, 30, 60, 120, 300, 600)
@@ -52,13 +49,22 @@ class Metrics:
         self.tool_runs = Counter("gelbridge_tool_runs", "Tool calls answered, by outcome.", ["account", "outcome"],
                                  registry=r)
         self.write_points = Counter("gelbridge_pds_write_points", "PDS write points spent on reply records "
-                                    "(create/update of a record via putRecord: 2 each).", ["account"], registry=r)
+                                    "(claim, progress updates, final write: putRecord, 2 each).", ["account"],
+                                    registry=r)
         self.reconnects = Counter("gelbridge_source_reconnects", "Event source reconnects.", ["source"], registry=r)
         self.queue_depth = Gauge("gelbridge_queue_depth", "Claimed replies waiting for a turn slot.", ["account"],
                                  registry=r)
         self.in_flight = Gauge("gelbridge_replies_in_flight", "Turns running now.", ["account"], registry=r)
         self.event_age = Gauge("gelbridge_source_last_event_age_seconds", "Seconds since the event source "
-                               "delivered its last event (the firehose lag bound).", ["source"], registry=r)
+                               "delivered its last event (the firehose/Jetstream lag bound).", ["source"], registry=r)
+        self.connected = Gauge("gelbridge_source_connected", "1 while the event source is connected.", ["source"],
+                               registry=r)
+        self.points_remaining = Gauge("gelbridge_pds_write_points_remaining", "The account's PDS write points "
+                                      "left in the current window, from the PDS's ratelimit-remaining header "
+                                      "(absent while the PDS sends none).", ["account"], registry=r)
+        self.relay_events = Gauge("gelbridge_relay_host_events", "Record writes to the PDS host this process "
+                                  "made in the relay's window, by window (second, hour, day).", ["host", "window"],
+                                  registry=r)
 
     def turn_finished(self, account: str, report: Any) -> None:
         """Count a finished turn (a ``worker.turn.TurnReport``)."""
@@ -66,11 +72,7 @@ class Metrics:
         t = report.timing
         self.bridge_ms.labels(account).observe(max(0.0, float(t.bridge_ms)))
         self.model_s.labels(account).observe(max(0.0, float(t.model_ms)) / 1000)
-        # the final write, plus the progress updates and checkpoints (the claim is counted apart)
-        self.write_points.labels(account).inc(PUT_RECORD_POINTS * (1 + int(report.progress_writes)))
-
-    def claimed(self, account: str) -> None:
-        self.write_points.labels(account).inc(PUT_RECORD_POINTS)
+        self.write_points.labels(account).inc(int(report.points))  # claim, progress, checkpoints, final
 
     def tool_outcome(self, account: str, is_error: bool) -> None:
         self.tool_runs.labels(account, "error" if is_error else "ok").inc()
@@ -144,6 +146,76 @@ class JsonFormatter(logging.Formatter):
         if record.exc_info and record.exc_info[0] is not None:
             out["error"] = record.exc_info[0].__name__  # the type only: a message may quote content
         return json.dumps(out, ensure_ascii=False)
+
+
+class Watched:
+    """What the health/metrics server looks at in a running process: its accounts (by
+    label: their workers) and event sources (by name). ``gelbridge run`` with one account
+    and the :class:`~gelbridge.bridge.Bridge` with many hand over the same two views, so
+    ``/readyz`` and the gauges mean the same in both.
+
+    A source has ``connected`` (an ``asyncio.Event``), ``reconnects``,
+    ``last_event_at`` (``time.monotonic()``) and ``dids`` (the accounts it carries).
+    ``sources`` returns None while the process follows no source of its own (a library
+    consumer feeds the :class:`~gelbridge.bridge.Bridge`): then logged in is ready."""
+
+    def __init__(self, metrics: Metrics, accounts: Callable[[], Iterable[tuple[str, Any]]],
+                 sources: Callable[[], Mapping[str, Any] | None]) -> None:
+        self.metrics = metrics
+        self._accounts = accounts
+        self._sources = sources
+        self._seen_reconnects: dict[str, int] = {}
+
+    def probes(self) -> list[tuple[str, bool, bool]]:
+        """(account, logged in, its source connected) for every account."""
+        followed = self._sources()
+        sources = list(followed.values()) if followed is not None else []
+        out = []
+        for label, w in self._accounts():
+            pds = getattr(w, "pds", None)
+            logged_in = bool(getattr(w, "started", False)) and pds is not None and pds.session is not None
+            mine = [s for s in sources if w.did in getattr(s, "dids", ())]
+            connected = followed is None or (bool(mine) and all(s.connected.is_set() for s in mine))
+            out.append((label, logged_in, connected))
+        return out
+
+    def before_scrape(self) -> None:
+        """Bring the gauges up to date (and the reconnect counter: sources count their own)."""
+        m = self.metrics
+        now = time.monotonic()
+        for label, w in self._accounts():
+            sched = getattr(w, "scheduler", None)
+            if sched is not None:
+                m.queue_depth.labels(label).set(sched.queued)
+                m.in_flight.labels(label).set(sched.running)
+            budget = getattr(getattr(w, "pds", None), "budget", None)
+            if budget is not None and budget.remaining is not None:
+                m.points_remaining.labels(label).set(budget.remaining)
+        relays: dict[str, Any] = {}
+        for label, w in self._accounts():
+            relay = getattr(getattr(w, "pds", None), "relay", None)
+            if relay is not None:
+                relays[relay.host] = relay
+        for host, relay in relays.items():
+            for window, n in relay.counts().items():
+                m.relay_events.labels(host, window).set(n)
+        for name, src in (self._sources() or {}).items():
+            m.connected.labels(name).set(1 if src.connected.is_set() else 0)
+            seen = self._seen_reconnects.get(name, 0)
+            if src.reconnects > seen:
+                m.reconnects.labels(name).inc(src.reconnects - seen)
+            m.reconnects.labels(name).inc(0)  # present from the first scrape
+            self._seen_reconnects[name] = src.reconnects
+            if src.last_event_at is not None:
+                m.event_age.labels(name).set(now - src.last_event_at)
+
+    async def serve(self, listen: str) -> None:
+        """Serve ``/healthz``, ``/readyz``, ``/metrics`` on ``listen`` until cancelled."""
+        self.http = await serve_http(listen, self.metrics, Readiness(self.probes), self.before_scrape)
+        try:
+            await asyncio.Event().wait()
+        finally:
+            self.http.close()
 
 
 LOG_LEVELS = ("debug", "info", "warning", "error")

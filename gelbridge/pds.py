@@ -222,6 +222,8 @@ def _bytes_json(value: Any) -> Any:
 #: Write costs on the reference PDS (``src/rate-limits.ts``): putRecord is always 2.
 WRITE_POINTS = {"com.atproto.repo.putRecord": 2, "com.atproto.repo.createRecord": 3,
                 "com.atproto.repo.deleteRecord": 1}
+#: What one reply record write costs (create or update: always ``putRecord``).
+PUT_RECORD_POINTS = WRITE_POINTS["com.atproto.repo.putRecord"]
 
 
 @dataclass
@@ -253,6 +255,59 @@ class WriteBudget:
         if self.reset_at is not None and time.time() >= self.reset_at:
             return False  # a new window began
         return self.remaining < reserve
+
+    def pressure(self) -> float:
+        """The share of the window's points used (0 while unknown or after the reset)."""
+        if self.remaining is None or not self.limit:
+            return 0.0
+        if self.reset_at is not None and time.time() >= self.reset_at:
+            return 0.0
+        return max(0.0, 1.0 - self.remaining / self.limit)
+
+
+class RelayBudget:
+    """Record-write events this process sent to one PDS host, against a relay's per-host
+    limits (Bluesky's relay takes 50 events/s, 2,600/h and 21,000/day from a new
+    self-hosted PDS host; every record write is an event). Shared by every account of
+    the process on that host. It sees only this process's writes, not the user's own app
+    or other accounts on the host: the writer keeps headroom below the limits for them.
+
+    Windows are fixed buckets (seconds, minutes, hours), so a count is exact to within one
+    bucket of the window's edge."""
+
+    WINDOWS = (("second", 1.0, 1.0), ("hour", 3600.0, 60.0), ("day", 86400.0, 3600.0))
+
+    def __init__(self, host: str, per_second: int, per_hour: int, per_day: int,
+                 *, clock: Callable[[], float] = time.monotonic) -> None:
+        self.host = host
+        self.limits = {"second": per_second, "hour": per_hour, "day": per_day}
+        self._clock = clock
+        self._buckets: dict[str, dict[int, int]] = {name: {} for name, _, _ in self.WINDOWS}
+
+    def note(self, n: int = 1) -> None:
+        """Count ``n`` record writes that reached the PDS now."""
+        now = self._clock()
+        for name, span, size in self.WINDOWS:
+            b = self._buckets[name]
+            i = int(now // size)
+            b[i] = b.get(i, 0) + n
+            oldest = int((now - span) // size)
+            for k in [k for k in b if k <= oldest]:
+                del b[k]
+
+    def counts(self) -> dict[str, int]:
+        """Events in each window now: ``{"second", "hour", "day"}``."""
+        now = self._clock()
+        out = {}
+        for name, span, size in self.WINDOWS:
+            oldest = int((now - span) // size)
+            out[name] = sum(v for k, v in self._buckets[name].items() if k > oldest)
+        return out
+
+    def pressure(self) -> float:
+        """The fullest window, as a fraction of its limit (0 when no limit is set)."""
+        c = self.counts()
+        return max((c[k] / lim for k, lim in self.limits.items() if lim > 0), default=0.0)
 
 
 class PdsClient:
@@ -288,6 +343,7 @@ class PdsClient:
         self._max_rate_limit_wait = max_rate_limit_wait
         self._max_budget_wait = max_budget_wait
         self.budget = WriteBudget()
+        self.relay: RelayBudget | None = None  # set by the worker when relay limits apply to this host
         self._refresh_margin = refresh_margin
         self._owns_http = http is None
         self._http = http or httpx.AsyncClient(
@@ -620,7 +676,10 @@ class PdsClient:
                 if method == "POST":
                     self.budget.seen(resp.headers)
                 if resp.status_code == 200:
-                    self.budget.spent += WRITE_POINTS.get(nsid, 0)
+                    points = WRITE_POINTS.get(nsid, 0)
+                    self.budget.spent += points
+                    if points and self.relay is not None:
+                        self.relay.note()
                     if not resp.content:
                         return {}
                     try:  # never RecursionError: a record nested too deep is cut, then rejected alone

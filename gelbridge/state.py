@@ -61,7 +61,7 @@ UNFINISHED_STATUSES: frozenset[str] = frozenset({"pending", "streaming"})
 
 #: How many rows the errors ring / turn timings / seen-events set keep.
 ERRORS_KEPT = 200
-TURNS_KEPT = 500
+TURNS_KEPT = 50_000  # a day of turns at the reference PDS's daily write budget, for several accounts
 SEEN_KEPT = 20000
 
 _IDENT_MAX = 64  # error kinds and similar labels: short identifiers, never free text
@@ -164,6 +164,7 @@ class TurnTiming:
     write_ms: float
     at: float = 0.0  # set by record_turn when 0
     read_ms: float | None = None  # PDS reads inside the turn; None for turns recorded before schema v2
+    points: int | None = None  # PDS write points of the reply's writes (claim, progress, final); None before v4
 
     @property
     def total_ms(self) -> float:
@@ -311,6 +312,18 @@ _MIGRATIONS: list[str | Callable[[sqlite3.Connection], None]] = [
     """,
     # v3: isolation (see the module docstring); a Python step, it hashes the call ids
     _v3_isolation,
+    # v4: the write points of each turn, and the PDS write budget as last seen per account
+    """
+    ALTER TABLE turns ADD COLUMN points INTEGER;
+    CREATE TABLE write_budgets (
+        account TEXT PRIMARY KEY,
+        "limit" INTEGER,
+        remaining INTEGER,
+        reset_at REAL,
+        seen_at REAL NOT NULL
+    );
+    CREATE INDEX turns_account_at ON turns (account, at);
+    """,
 ]
 
 SCHEMA_VERSION = len(_MIGRATIONS)
@@ -699,19 +712,49 @@ class StateStore:
         with self._tx() as db:
             db.execute(
                 "INSERT INTO turns (at, account, reply_rkey, status, queue_ms, bridge_ms, model_ms, write_ms, "
-                "read_ms) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                "read_ms, points) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (at, timing.account, timing.reply_rkey, timing.status, timing.queue_ms,
-                 timing.bridge_ms, timing.model_ms, timing.write_ms, timing.read_ms),
+                 timing.bridge_ms, timing.model_ms, timing.write_ms, timing.read_ms, timing.points),
             )
             db.execute("DELETE FROM turns WHERE id <= (SELECT MAX(id) FROM turns) - ?", (TURNS_KEPT,))
 
-    def recent_turns(self, limit: int = 20) -> list[TurnTiming]:
+    def recent_turns(self, limit: int = 20, *, account: str | None = None) -> list[TurnTiming]:
+        """The newest turn timings (of ``account`` only, when given)."""
+        where, args = ("WHERE account = ? ", (account,)) if account is not None else ("", ())
         rows = self._read(
-            "SELECT reply_rkey, account, status, queue_ms, bridge_ms, model_ms, write_ms, at, read_ms "
-            "FROM turns ORDER BY id DESC LIMIT ?",
-            (limit,),
+            "SELECT reply_rkey, account, status, queue_ms, bridge_ms, model_ms, write_ms, at, read_ms, points "
+            f"FROM turns {where}ORDER BY id DESC LIMIT ?",
+            (*args, limit),
         )
         return [TurnTiming(*r) for r in rows]
+
+    def points_since(self, account: str, since: float) -> int:
+        """PDS write points the turns of ``account`` recorded since ``since`` (epoch s).
+        The store keeps the newest turns only: a lower bound on a busy account."""
+        rows = self._read("SELECT COALESCE(SUM(points), 0) FROM turns WHERE account = ? AND at >= ?",
+                          (account, since))
+        return int(rows[0][0])
+
+    # --- the PDS write budget ----------------------------------------------------------------
+
+    def save_write_budget(self, account: str, limit: int | None, remaining: int | None,
+                          reset_at: float | None) -> None:
+        """The account's write budget as the PDS last stated it (``ratelimit-*`` headers)."""
+        with self._tx() as db:
+            db.execute(
+                'INSERT INTO write_budgets (account, "limit", remaining, reset_at, seen_at) VALUES (?, ?, ?, ?, ?) '
+                'ON CONFLICT (account) DO UPDATE SET "limit" = excluded."limit", remaining = excluded.remaining, '
+                "reset_at = excluded.reset_at, seen_at = excluded.seen_at",
+                (account, limit, remaining, reset_at, self._clock()),
+            )
+
+    def load_write_budget(self, account: str) -> dict[str, Any] | None:
+        rows = self._read('SELECT "limit", remaining, reset_at, seen_at FROM write_budgets WHERE account = ?',
+                          (account,))
+        if not rows:
+            return None
+        limit, remaining, reset_at, seen_at = rows[0]
+        return {"limit": limit, "remaining": remaining, "reset_at": reset_at, "seen_at": seen_at}
 
     # --- seen events -------------------------------------------------------------------------
 

@@ -188,22 +188,36 @@ def status_command(
     if as_json:
         print(json.dumps(rep, indent=2))
         return
-    acct = rep["account"]
-    print(f"account   {acct['handle'] or '?'} ({acct['did'] or 'not logged in yet'}) on {acct['pds'] or '?'}")
     print(f"state     {rep['state']}")
-    print(f"source    {rep['source']}  cursor {rep['cursor'] if rep['cursor'] is not None else '-'}")
-    print(f"in flight {len(rep['in_flight'])}")
-    for c in rep["in_flight"]:
-        print(f"  {c['reply']:<24} {c['status']:<10} claimed {_fmt_time(c['since'])}")
+    print(f"source    {rep['source']}")
+    for acct in rep["accounts"]:
+        _print_account(acct)
     print(f"recent errors ({len(rep['errors'])})")
     for e in rep["errors"]:
         print(f"  {_fmt_time(e['at'])}  {e['kind']:<16} {e['record'] or '-':<24} {e['where'] or ''}")
-    title = f"recent turns ({len(rep['turns'])})"
-    print(f"{title:<36}{'queue':>8}{'read':>9}{'bridge':>9}{'model':>9}{'write':>9}{'total':>9} (ms)")
-    for t in rep["turns"]:
+
+
+def _print_account(acct: dict) -> None:  # type: ignore[type-arg]
+    name = f"{acct['name']}: " if acct["name"] and acct["name"] != acct["handle"] else ""
+    print(f"account   {name}{acct['handle'] or '?'} ({acct['did'] or 'not logged in yet'}) on {acct['pds'] or '?'}")
+    print(f"  cursor    {acct['cursor'] if acct['cursor'] is not None else '-'}")
+    pts, budget = acct["points"], acct["budget"]
+    line = f"  points    {pts['last_hour']} in the last hour, {pts['last_day']} in the last day (this bot's writes)"
+    if budget and budget.get("remaining") is not None:
+        limit = f" of {budget['limit']}" if budget.get("limit") else ""
+        reset = f", resets {_fmt_time(budget['reset_at'])}" if budget.get("reset_at") else ""
+        line += f"; the PDS said {budget['remaining']}{limit} left at {_fmt_time(budget['seen_at'])}{reset}"
+    print(line)
+    print(f"  in flight {len(acct['in_flight'])}")
+    for c in acct["in_flight"]:
+        print(f"    {c['reply']:<24} {c['status']:<10} claimed {_fmt_time(c['since'])}")
+    title = f"  recent turns ({len(acct['turns'])})"
+    print(f"{title:<36}{'queue':>8}{'read':>9}{'bridge':>9}{'model':>9}{'write':>9}{'total':>9} (ms) points")
+    for t in acct["turns"]:
         read = f"{t['read_ms']:>8.0f}" if t.get("read_ms") is not None else f"{'-':>8}"  # older rows: not measured
-        print(f"  {t['reply']:<24} {t['status']:<9} {t['queue_ms']:>7.0f} {read} {t['bridge_ms']:>8.0f} "
-              f"{t['model_ms']:>8.0f} {t['write_ms']:>8.0f} {t['total_ms']:>8.0f}")
+        points = t["points"] if t.get("points") is not None else "-"
+        print(f"    {t['reply']:<24} {t['status']:<7} {t['queue_ms']:>7.0f} {read} {t['bridge_ms']:>8.0f} "
+              f"{t['model_ms']:>8.0f} {t['write_ms']:>8.0f} {t['total_ms']:>8.0f}      {points:>6}")
 
 
 @app.command("demo")

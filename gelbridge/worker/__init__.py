@@ -18,6 +18,7 @@ See docs/worker.md.
 """
 
 from gelbridge.worker.decide import Ask, ask_of, decide_existing_reply
-from gelbridge.worker.service import BackfillReport, Worker, load_keyring, status_report
+from gelbridge.worker.service import BackfillReport, Worker, load_keyring
+from gelbridge.worker.status import status_report
 
 __all__ = ["Ask", "BackfillReport", "Worker", "ask_of", "decide_existing_reply", "load_keyring", "status_report"]

@@ -6,13 +6,16 @@ reconnects go.
 - ``firehose``: one :class:`FirehoseSource` per PDS host, carrying every account on it
   (one, for ``gelbridge run``); ``poll``: one :class:`PollSource` per account;
   ``jetstream``: one :class:`~gelbridge.jetstream.JetstreamSource` for all accounts.
+  Each has ``connected``, ``reconnects``, ``last_event_at`` and ``dids`` (what
+  ``/readyz`` and ``/metrics`` read: :class:`gelbridge.observability.Watched`).
 - Every record goes to one handler as an :class:`IncomingRecord` (the worker's
   ``handle_event`` via :func:`deliver` for one account; ``Bridge.process``, which routes
   by DID and checks the account, for many); it returns once the record's effects are
   durable, so the source may move its cursor past it.
 - A firehose gap (``OutdatedCursor``, a repo's ``#sync``, ``FutureCursor``) backfills the
-  accounts it concerns (:func:`backfill_logged`); a reconnect tells their workers
-  (:meth:`Worker.reconnected`: cached side records dropped, recovery sweep now).
+  accounts it concerns (:func:`backfill_logged`); a reconnect of any source (firehose,
+  Jetstream, a poll that works again) tells their workers (:meth:`Worker.reconnected`:
+  cached side records dropped, recovery sweep now).
 
 The per-account work itself stays on the :class:`~gelbridge.worker.Worker`:
 ``backfill``, ``recover_claims`` and ``sweep_loop``. Both run their tasks until stopped
@@ -77,10 +80,13 @@ def watch_sources(
 
         if not watch.url:
             raise ConfigError('[watch] source = "jetstream" needs url = "wss://<jetstream host>"')
-        return [("jetstream", JetstreamSource(watch.url, [w.did for w in workers.values()], store, handler))]
+        every = list(workers.items())
+        return [("jetstream", JetstreamSource(watch.url, [w.did for w in workers.values()], store, handler,
+                                              on_reconnect=_tell_reconnected(every)))]
     on_event = _repo_events_to(handler)
     if watch.source == "poll":
-        return [(f"poll-{label}", PollSource(w.pds, w.did, w.store, on_event, interval=watch.poll_interval))
+        return [(f"poll-{label}", PollSource(w.pds, w.did, w.store, on_event, interval=watch.poll_interval,
+                                             on_reconnect=_tell_reconnected([(label, w)])))
                 for label, w in workers.items()]
     hosts: dict[str, list[tuple[str, Any]]] = {}
     for label, w in workers.items():

@@ -27,12 +27,13 @@ import time
 from collections import defaultdict
 from dataclasses import dataclass
 from typing import IO, Any, Mapping
+from urllib.parse import urlsplit
 
 from gelbridge.config import Settings
 from gelbridge.errors import ClaimConflict, ConfigError, GelbridgeError, PdsAuthError, PdsError, RecordError
 from gelbridge.firehose import RepoEvent
 from gelbridge.mapping import OpenedRecordCache
-from gelbridge.pds import PdsClient, Session
+from gelbridge.pds import PdsClient, RelayBudget, Session
 from gelbridge.records.constants import (
     FINAL_STATUSES,
     MESSAGE_COLLECTION,
@@ -141,6 +142,10 @@ class Worker:
         sess = self.pds.session
         assert sess is not None
         self.did, self.handle = sess.did, sess.handle
+        r = s.relay
+        if getattr(self.pds, "relay", None) is None and r.applies_to(self.pds.pds_url):
+            self.pds.relay = RelayBudget(urlsplit(self.pds.pds_url).netloc, r.events_per_second,
+                                         r.events_per_hour, r.events_per_day)
         if self.registry is None:
             from gelbridge.tools import load_tool_registry
 
@@ -360,8 +365,6 @@ class Worker:
                 if existing is None:
                     return "raced"
             else:
-                if self.metrics is not None:
-                    self.metrics.claimed(self.label)
                 self._submit(ask, writer, received)
                 return "claimed"
         cid, value = existing
@@ -555,6 +558,7 @@ class Worker:
                 raise ConfigError("[watch] source = \"jetstream\" is not supported yet; use firehose or poll")
             [(name, self.source)] = watch_sources(s.watch, {self.handle: self}, self.store,
                                                   lambda rec: deliver(self, rec))
+            self._source_name = name
             if isinstance(self.source, FirehoseSource):  # live during the backfill: no gap between them
                 self._tasks.append(asyncio.create_task(self.source.run(), name=name))
             if s.worker.backfill:
@@ -576,33 +580,18 @@ class Worker:
 
     async def _serve_observability(self, listen: str) -> None:
         """``/healthz``, ``/readyz``, ``/metrics`` for this account until cancelled."""
-        from gelbridge.observability import Readiness, serve_http
+        from gelbridge.observability import Watched
 
         assert self.metrics is not None
-        metrics = self.metrics
-        seen_reconnects = 0
+        self.watched = Watched(self.metrics, lambda: [(self.label, self)],
+                               lambda: {self._source_name: self.source} if self.source is not None else {})
+        await self.watched.serve(listen)
 
-        def probes() -> list[tuple[str, bool, bool]]:
-            src = self.source
-            connected = src.connected.is_set() if isinstance(src, FirehoseSource) else src is not None
-            return [(self.label, self.started and self.pds is not None and self.pds.session is not None, connected)]
-
-        def before_scrape() -> None:
-            nonlocal seen_reconnects
-            metrics.queue_depth.labels(self.label).set(self.scheduler.queued)
-            metrics.in_flight.labels(self.label).set(self.scheduler.running)
-            src = self.source
-            if isinstance(src, FirehoseSource):
-                metrics.reconnects.labels("firehose").inc(src.reconnects - seen_reconnects)
-                seen_reconnects = src.reconnects
-                if src.last_event_at is not None:
-                    metrics.event_age.labels("firehose").set(time.monotonic() - src.last_event_at)
-
-        self.http = await serve_http(listen, metrics, Readiness(probes), before_scrape)
-        try:
-            await asyncio.Event().wait()
-        finally:
-            self.http.close()
+    @property
+    def http(self) -> Any:
+        """The health/metrics server (``asyncio.Server``), once it listens; else None."""
+        w = getattr(self, "watched", None)
+        return getattr(w, "http", None)
 
     async def wait_idle(self, timeout: float | None = None) -> bool:
         return await self.scheduler.wait_idle(timeout)
@@ -625,36 +614,3 @@ class Worker:
         self._owned.clear()
         self.started = False
 
-
-# --- status ----------------------------------------------------------------------------------
-
-
-def status_report(settings: Settings, store: StateStore) -> dict[str, Any]:
-    """What ``gelbridge status`` shows, read from the state store only."""
-    saved = store.load_session(session_key(settings)) or {}
-    did = saved.get("did")
-    out: dict[str, Any] = {
-        "account": {"did": did, "handle": saved.get("handle"), "pds": settings.account.pds},
-        "state": str(store.path),
-        "source": settings.watch.source,
-        "cursor": store.get_cursor(firehose_cursor_key(settings.account.pds or "", did)) if did else None,
-        "in_flight": [],
-        "errors": [],
-        "turns": [],
-    }
-    if did:
-        out["in_flight"] = [
-            {"reply": c.reply_rkey, "status": c.status, "since": c.created_at, "updated": c.updated_at}
-            for c in store.unfinished_claims(did)
-        ]
-    out["errors"] = [
-        {"at": e.at, "kind": e.kind, "record": e.record_key, "where": e.where} for e in store.recent_errors(10)
-    ]
-    out["turns"] = [
-        {"at": t.at, "reply": t.reply_rkey, "status": t.status, "queue_ms": round(t.queue_ms, 1),
-         "read_ms": round(t.read_ms, 1) if t.read_ms is not None else None,
-         "bridge_ms": round(t.bridge_ms, 1), "model_ms": round(t.model_ms, 1), "write_ms": round(t.write_ms, 1),
-         "total_ms": round(t.total_ms, 1)}
-        for t in store.recent_turns(10)
-    ]
-    return out

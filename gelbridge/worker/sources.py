@@ -258,13 +258,19 @@ class FirehoseSource:
 class PollSource:
     """List message records every ``interval`` seconds; handle new or changed ones."""
 
-    def __init__(self, pds: Any, did: str, store: Any, handler: Handler, *, interval: float = 5.0) -> None:
+    def __init__(self, pds: Any, did: str, store: Any, handler: Handler, *, interval: float = 5.0,
+                 on_reconnect: Callable[[], None] | None = None) -> None:
         self.pds = pds
         self.did = did
+        self.dids = frozenset({did})
         self.store = store
         self.handler = handler
         self.interval = interval
+        self.on_reconnect = on_reconnect
         self.polls = 0
+        self.connected = asyncio.Event()  # set while polls succeed
+        self.reconnects = 0  # polls that succeeded again after failing
+        self.last_event_at: float | None = None  # time.monotonic() of the last successful poll
 
     async def poll_once(self) -> int:
         n = 0
@@ -292,9 +298,20 @@ class PollSource:
         while True:
             try:
                 await self.poll_once()
+                self.last_event_at = time.monotonic()
+                self.connected.set()
+                if failures:
+                    self.reconnects += 1
+                    log.info("polling works again")
+                    if self.on_reconnect is not None:
+                        try:
+                            self.on_reconnect()
+                        except Exception as e:  # noqa: BLE001 - never ends the watch
+                            log.error("reconnect hook failed (%s)", type(e).__name__)
                 failures = 0
                 await asyncio.sleep(self.interval)
             except PdsError as e:
+                self.connected.clear()
                 failures += 1
                 # No jitter: one poller per account, nothing to de-synchronise.
                 delay = backoff_delay(failures + 1, base=self.interval, cap=60.0, spread=(1.0, 1.0), max_doublings=4)

@@ -137,6 +137,7 @@ class TurnReport:
     timing: TurnTiming
     steps: int
     progress_writes: int = 0
+    points: int = 0  # PDS write points of the reply's writes, claim included
 
 
 class _Stop(Exception):
@@ -752,7 +753,7 @@ async def run_turn(deps: TurnDeps, job: TurnJob) -> TurnReport:
     timing = _timing(deps, job, status, queue_ms, start, timer)
     if cancelled is not None:
         raise cancelled
-    return TurnReport(status, error_kind, timing, state["steps"], writer.progress_writes)
+    return TurnReport(status, error_kind, timing, state["steps"], writer.progress_writes, writer.points)
 
 
 WRITE_REFUSED = "write_refused"
@@ -797,9 +798,13 @@ def _timing(deps: TurnDeps, job: TurnJob, status: str, queue_ms: float, start: f
     t = TurnTiming(
         reply_rkey=job.ask.reply_rkey, account=deps.did, status=_label(status), queue_ms=queue_ms,
         bridge_ms=bridge_ms, model_ms=timer.model_ms, write_ms=write_ms, read_ms=read_ms,
+        points=job.writer.points,
     )
     try:
         deps.store.record_turn(t)
+        budget = getattr(deps.pds, "budget", None)
+        if budget is not None and budget.remaining is not None:
+            deps.store.save_write_budget(deps.did, budget.limit, budget.remaining, budget.reset_at)
     except Exception:  # noqa: BLE001
         pass
     log.info(

@@ -38,6 +38,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from gelbridge.errors import ClaimConflict, GelbridgeError
+from gelbridge.pds import PUT_RECORD_POINTS
 from gelbridge.records.constants import (
     MESSAGE_COLLECTION,
     ROLE_ASSISTANT,
@@ -160,6 +161,24 @@ def fit_parts(parts: Sequence[Part], budget: int) -> tuple[list[Part], bool]:
     return out, True
 
 
+#: Progress updates come ``SPACING`` times less often once a write budget (the account's
+#: PDS points, the relay's per-host events) is ``SPACE_OUT_AT`` used, and stop at ``SKIP_AT``.
+SPACE_OUT_AT, SKIP_AT, SPACING = 0.5, 0.8, 4.0
+
+
+def progress_gap(interval: float, pds: Any, reserve_points: int) -> float | None:
+    """Seconds between progress updates now, or None to skip them: the one policy for
+    spending write budgets on previews (claims and final writes are never skipped)."""
+    budget = getattr(pds, "budget", None)
+    relay = getattr(pds, "relay", None)
+    if budget is not None and budget.low(reserve_points):
+        return None
+    used = max(budget.pressure() if budget is not None else 0.0, relay.pressure() if relay is not None else 0.0)
+    if used >= SKIP_AT:
+        return None
+    return interval * SPACING if used >= SPACE_OUT_AT else interval
+
+
 class ReplyWriter:
     """Writes one reply record; serialises its writes and tracks the CID to swap on."""
 
@@ -197,6 +216,7 @@ class ReplyWriter:
         self.claim_ms = 0.0  # the claim write (before the turn starts)
         self.write_ms = 0.0  # awaited writes inside the turn (settling progress, final)
         self.progress_writes = 0
+        self.writes = 0  # record writes that landed (claim, progress, checkpoints, final)
         self.checkpoints = 0
         self.lost = False  # someone else changed the record: stop writing
         self._clock = clock
@@ -242,9 +262,15 @@ class ReplyWriter:
                                             must_land=True)
         else:
             res = await self.pds.put_record(MESSAGE_COLLECTION, self.reply_rkey, value, swap_record=swap)
+        self.writes += 1
         self.cid = res.cid
         self.status = value["status"]
         self.view.put(self.reply_rkey, res.cid, value)
+
+    @property
+    def points(self) -> int:
+        """PDS write points this reply's writes cost (putRecord: 2 each, every update counted)."""
+        return PUT_RECORD_POINTS * self.writes
 
     async def claim(self) -> None:
         """Create-only write of the pending reply. Raises ClaimConflict if it exists."""
@@ -269,11 +295,11 @@ class ReplyWriter:
         """Schedule a ``streaming`` update if one is due (never blocks, never per token)."""
         if self.update_interval <= 0 or self.lost:
             return
-        budget = getattr(self.pds, "budget", None)
-        if budget is not None and budget.low(self.reserve_points):
-            return  # the PDS write budget runs low: keep it for claims and final writes
+        gap = progress_gap(self.update_interval, self.pds, self.reserve_points)
+        if gap is None:
+            return  # a write budget runs low: keep it for claims and final writes
         now = self._clock()
-        if now - self._last_progress < self.update_interval:
+        if now - self._last_progress < gap:
             return
         if self._progress_task is not None and not self._progress_task.done():
             return

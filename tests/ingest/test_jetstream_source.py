@@ -192,3 +192,24 @@ async def test_reconnects_with_bounded_backoff_when_refused(store: StateStore) -
     task.cancel()
     await asyncio.gather(task, return_exceptions=True)
     assert src.connects == 0 and not src.connected.is_set()
+
+
+async def test_a_reconnect_tells_the_workers_and_counts_and_the_first_connect_does_not(store: StateStore) -> None:
+    """Events may be missed while the connection is down: after every connection but the
+    first, ``on_reconnect`` runs (the workers drop cached side records and sweep)."""
+    told: list[int] = []
+
+    async def handler(rec: IncomingRecord) -> None: ...
+
+    async with JetstreamServer(close_after=2) as srv:
+        for i in range(4):
+            srv.publish(ev(i))
+        store.set_cursor(jetstream_cursor_key(srv.url), T0 - 1)
+        src = JetstreamSource(srv.url, [ME], store, handler, rewind_seconds=0.5, backoff_base=0.01,
+                              backoff_cap=0.05, on_reconnect=lambda: told.append(src.connects))
+        assert src.dids == {ME} and src.reconnects == 0 and src.last_event_at is None
+        async with running(src):
+            await wait_for(lambda: src.connects >= 3)
+    assert src.reconnects == src.connects - 1 >= 2
+    assert told[:2] == [2, 3]  # not at the first connection
+    assert src.last_event_at is not None

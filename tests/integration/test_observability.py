@@ -88,3 +88,93 @@ def test_json_logs_are_one_object_a_line_and_keep_no_exception_text() -> None:
         assert set(obj) >= {"ts", "level", "logger", "message"} and obj["ts"].endswith("Z")
     assert json.loads(fmt.format(rec))["message"] == "reply 3mk.r0 failed (E)"
     assert "sealed text" not in fmt.format(rec2) and json.loads(fmt.format(rec2))["error"] == "KeyError"
+
+
+async def test_a_bridge_of_two_accounts_answers_readyz_and_metrics_per_account_and_status_shows_both(
+    dev_pds: DevPds, tmp_path: Path,
+) -> None:
+    """``[[accounts]]`` (the Bridge, as ``gelbridge run`` starts it): /readyz waits for
+    every account's source, /metrics labels turns and points by account name, and
+    ``gelbridge status`` lists both accounts with the points their turns spent."""
+    import secrets
+
+    from typer.testing import CliRunner
+
+    from gelbridge.bridge import Bridge
+    from gelbridge.cli import app as cli
+    from gelbridge.config import load_config
+    from gelbridge.dev.pds import create_account
+    from gelbridge.pds import PdsClient
+
+    accts = {n: create_account(dev_pds.pds_url, f"ob{secrets.token_hex(5)}.test", secrets.token_urlsafe(12))
+             for n in ("a", "b")}
+    rings = {n: Keyring() for n in accts}
+    kids = {n: rings[n].add_new(f"k-{n}") for n in accts}
+    for n in accts:
+        rings[n].save(tmp_path / f"{n}.keyring.json")
+    with ModelServer() as model:
+        cfg = tmp_path / "gelbridge.toml"
+        cfg.write_text("\n".join([
+            f'[state]\ndir = "{tmp_path / "state"}"',
+            '[observability]\nlisten = "127.0.0.1:0"',
+            '[defaults]\nmodel = { provider = "local", id = "echo-1" }',
+            f'[providers.local]\nadapter = "openai"\nbase_url = "{model.url}/v1"\nmax_retries = 0',
+            "[replies]\nupdate_interval = 0.2",
+            "[worker]\nshutdown_grace = 2.0",
+            *(f'[[accounts]]\nname = "{n}"\npds = "{dev_pds.pds_url}"\nidentifier = "{a.handle}"\n'
+              f'password_env = "PW_{n.upper()}"\nkeyring = "{tmp_path / f"{n}.keyring.json"}"'
+              for n, a in accts.items()),
+        ]) + "\n")
+        settings = load_config(cfg)
+        environ = {f"PW_{n.upper()}": a.app_password for n, a in accts.items()}
+        stop = asyncio.Event()
+        async with Bridge(settings, environ=environ, backfill=False) as bridge:
+            serving = asyncio.create_task(bridge.serve(stop))
+            try:
+                deadline = time.monotonic() + 30
+                while getattr(bridge.watched, "http", None) is None and time.monotonic() < deadline:
+                    await asyncio.sleep(0.05)
+                host, port = bridge.watched.http.sockets[0].getsockname()[:2]
+                async with httpx.AsyncClient(base_url=f"http://{host}:{port}", timeout=10) as http:
+                    for _ in range(300):  # until the firehose is open
+                        ready = await http.get("/readyz")
+                        if ready.status_code == 200:
+                            break
+                        await asyncio.sleep(0.1)
+                    assert ready.status_code == 200, ready.text
+                    for n, a in accts.items():
+                        async with PdsClient(dev_pds.pds_url) as pc:
+                            await pc.login(a.handle, a.password)
+                            user = App(pc, rings[n], kids[n])
+                            k = await user.send(f"hello from {n}", conversation=new_tid())
+                            await user.wait_status(f"{k}.r0", "complete", timeout=60)
+                    for ctx in bridge.accounts.values():
+                        await ctx.worker.wait_idle(10)
+                    page = (await http.get("/metrics")).text
+                    [src] = bridge.sources.values()
+                    src.connected.clear()  # as while the firehose reconnects
+                    waiting = await http.get("/readyz")
+                    src.connected.set()
+            finally:
+                stop.set()
+                await asyncio.wait_for(serving, 20)
+    got = samples(page)
+    [name] = bridge.sources
+    for n in accts:
+        assert got[("gelbridge_turns_total", (("account", n), ("status", "complete")))] == 1
+        assert got[("gelbridge_pds_write_points_total", (("account", n),))] >= 4  # claim + final
+    assert got[("gelbridge_source_connected", (("source", name),))] == 1
+    assert waiting.status_code == 503 and "a: source not connected" in waiting.text and "b:" in waiting.text
+    assert "hello" not in page
+
+    res = CliRunner().invoke(cli, ["status", "--config", str(cfg), "--json"])
+    assert res.exit_code == 0, res.output
+    rep = json.loads(res.output)
+    by_name = {a["name"]: a for a in rep["accounts"]}
+    assert set(by_name) == {"a", "b"}
+    for n, a in accts.items():
+        assert by_name[n]["handle"] == a.handle and by_name[n]["points"]["last_hour"] >= 4
+        assert [t["status"] for t in by_name[n]["turns"]] == ["complete"] and by_name[n]["turns"][0]["points"] >= 4
+        assert isinstance(by_name[n]["cursor"], int)  # the one firehose subscription's cursor, both DIDs
+    text = CliRunner().invoke(cli, ["status", "--config", str(cfg)]).output
+    assert "account   a: " in text and "account   b: " in text and "in the last hour" in text

@@ -1,7 +1,8 @@
 """The PDS write budget, through a proxy in front of the real PDS that plays a rate-limited
 PDS: a 429 with ``ratelimit-reset`` on a final write waits for the reset and writes then
 (the reply never stays streaming, the model is asked once); while the PDS reports fewer
-points than ``[replies] reserve_points`` no progress update is spent."""
+points than ``[replies] reserve_points`` no progress update is spent; near a relay's
+per-host event limits (``[relay]``) progress updates are spaced out, then stopped."""
 
 from __future__ import annotations
 
@@ -82,3 +83,46 @@ async def test_no_progress_update_is_spent_while_the_budget_is_low(
             await proxy.stop()
         counts[remaining] = len(writes["streaming"])
     assert counts[4000] > 0 and counts[20] == 0, counts
+
+
+async def test_relay_host_limits_space_out_then_stop_progress_updates_and_the_reply_completes(
+    dev_pds: DevPds, pds_account: AccountInfo, keyring: tuple[Keyring, str], app: App,
+    model_server: ModelServer, tmp_path: Path,
+) -> None:
+    """``[relay] limits = "on"`` with 10 events an hour for the host: the claim and the
+    first progress updates go out, they are spaced out from 5 events on and stop at 8;
+    the final write still lands. With the limits off the same reply spends many more."""
+    streaming: list[bytes] = []
+
+    def watch(path: str, body: bytes) -> bool:
+        if "putRecord" in path and b'"status":"streaming"' in body:
+            streaming.append(body)
+        return False
+
+    counts: dict[str, int] = {}
+    for limits in ("off", "on"):
+        streaming.clear()
+        proxy = await RateLimitProxy(dev_pds.pds_url, watch, remaining=4900, reset_in=3600).start()
+        try:
+            settings = make_settings(proxy.url, pds_account, tmp_path / f"state-{limits}", model_server.url,
+                                     watch={"source": "poll", "poll_interval": 0.3},
+                                     replies={"update_interval": 0.1},
+                                     relay={"limits": limits, "events_per_hour": 10})
+            async with running_worker(settings, pds_account, keyring[0]) as worker:
+                model_server.enqueue(Turn(text="slow words " * 40, chunk_size=5, chunk_delay=0.05))
+                k = await app.send("talk slowly", conversation=new_tid())
+                _rec, content = await app.wait_status(f"{k}.r0", "complete", timeout=60)
+                await worker.wait_idle(10)
+                relay = worker.pds.relay
+        finally:
+            await proxy.stop()
+        assert text_of(content).split() == ["slow", "words"] * 40
+        counts[limits] = len(streaming)
+        if limits == "on":
+            assert relay is not None
+            # claim + progress + final: the progress stopped at 80 % of the hour's 10 events
+            assert relay.counts()["hour"] == 1 + counts["on"] + 1
+            assert 1 + counts["on"] <= 8
+        else:
+            assert relay is None  # a loopback PDS: no relay crawls it
+    assert counts["off"] > 10 and 0 < counts["on"] <= 7, counts

@@ -238,3 +238,46 @@ async def test_a_sweep_loop_asked_to_sweep_at_start_does_not_wait_for_its_interv
         with contextlib.suppress(asyncio.CancelledError):
             await task
         assert w.sweeps == expected
+
+
+async def test_a_poll_source_is_connected_while_polls_work_and_tells_its_worker_when_they_work_again(
+    store: Any,
+) -> None:
+    """A poll that works again after failing counts as a reconnect (events may have been
+    missed while it failed): ``connected`` follows the polls, and the hook is called."""
+
+    class FlakyPds(ListingPds):
+        fail = False
+
+        async def iter_records(self, collection: str, page_size: int = 100) -> Any:
+            if self.fail:
+                raise PdsUnavailable("down")
+            async for r in super().iter_records(collection, page_size):
+                yield r
+
+    told: list[int] = []
+    pds = FlakyPds(["a"])
+    src = PollSource(pds, DID, store, handler, interval=0.01, on_reconnect=lambda: told.append(1))
+    assert src.dids == {DID} and not src.connected.is_set()
+    task = asyncio.create_task(src.run())
+    try:
+        for _ in range(500):
+            if src.connected.is_set():
+                break
+            await asyncio.sleep(0.01)
+        assert src.connected.is_set() and src.last_event_at is not None and told == []
+        pds.fail = True
+        for _ in range(500):
+            if not src.connected.is_set():
+                break
+            await asyncio.sleep(0.01)
+        assert not src.connected.is_set()
+        pds.fail = False
+        for _ in range(1000):  # the backoff after one failure is 2 x interval
+            if src.connected.is_set():
+                break
+            await asyncio.sleep(0.01)
+        assert src.connected.is_set() and src.reconnects == 1 and told == [1]
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)

@@ -102,14 +102,14 @@ def test_status_shows_read_and_a_dash_for_rows_without_it(tmp_path: Path) -> Non
         s.record_turn(TurnTiming("3mnew.r0", "did:plc:a", "complete", 10, 20, 300, 40, read_ms=55))
         settings = Settings.model_validate({"state": {"dir": str(state)}})
         rep = status_report(settings, s)
-    assert [(t["reply"], t["read_ms"], t["bridge_ms"]) for t in rep["turns"]] == [
+    assert [(t["reply"], t["read_ms"], t["bridge_ms"]) for t in rep["accounts"][0]["turns"]] == [
         ("3mnew.r0", 55.0, 20.0), ("3mold.r0", None, 2.0)]
     cfg = tmp_path / "gelbridge.toml"
     cfg.write_text(f'[state]\ndir = "{state}"\n')
     res = CliRunner().invoke(app, ["status", "--config", str(cfg)])
     assert res.exit_code == 0, res.output
     lines = res.output.splitlines()
-    header = next(line for line in lines if line.startswith("recent turns"))
+    header = next(line for line in lines if line.strip().startswith("recent turns"))
     assert header.split()[3:8] == ["queue", "read", "bridge", "model", "write"]
     new = next(line for line in lines if "3mnew.r0" in line).split()
     old = next(line for line in lines if "3mold.r0" in line).split()
