@@ -129,23 +129,30 @@ async def _check_tools(settings: Settings, environ: Mapping[str, str], rep: Chec
 
 
 async def _check_login(acct: Settings, environ: Mapping[str, str], rep: CheckReport, *, label: str) -> None:
+    from gelbridge.identity import IdentityError, pds_url_of
     from gelbridge.pds import PdsClient
 
     a = acct.account
-    if not a.pds or not a.identifier:
+    if not a.identifier:
         return  # accounts_list said so
     password = environ.get(a.password_env)
     if not password:
         rep.problems.append(f"{label} password_env: ${a.password_env} is not set; export an app password in it")
         return
     try:
-        async with PdsClient(a.pds) as pds:
+        url = await pds_url_of(a.pds, a.identifier, acct.identity)
+    except IdentityError as e:
+        rep.problems.append(f"{label}: {e}")
+        return
+    try:
+        async with PdsClient(url) as pds:
             session = await pds.login(a.identifier, password)
     except PdsAuthError:
-        rep.problems.append(f"{label}: the PDS at {a.pds} refused the login of {a.identifier}: check the "
+        rep.problems.append(f"{label}: the PDS at {url} refused the login of {a.identifier}: check the "
                             f"identifier and the app password in ${a.password_env}")
         return
     except PdsError as e:
-        rep.problems.append(f"{label}: the PDS at {a.pds} does not answer ({type(e).__name__}): check pds = ...")
+        rep.problems.append(f"{label}: the PDS at {url} does not answer ({type(e).__name__}): check pds = ...")
         return
-    rep.lines.append(f"pds        {label}: {a.pds} logged in as {session.handle} ({session.did})")
+    how = "" if a.pds else " (resolved from the identifier)"
+    rep.lines.append(f"pds        {label}: {url}{how} logged in as {session.handle} ({session.did})")

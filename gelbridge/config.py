@@ -42,6 +42,16 @@ class AccountConfig(_Section):
     password_env: str = "GELBRIDGE_APP_PASSWORD"
 
 
+class IdentityConfig(_Section):
+    """``[identity]``: how an account without ``pds`` is found (``gelbridge.identity``)."""
+
+    plc_url: str = "https://plc.directory"
+    #: a service answering com.atproto.identity.resolveHandle (e.g. https://public.api.bsky.app);
+    #: unset: DNS, then https://<handle>/.well-known/atproto-did
+    handle_resolver: str | None = None
+    timeout: float = Field(10.0, gt=0)
+
+
 class KeyringConfig(_Section):
     path: Path | None = None
 
@@ -182,7 +192,7 @@ class AccountEntry(_Section):
     login, keyring, state directory and defaults (strictly separate from the others)."""
 
     name: str | None = None  # label for logs and the state sub-directory; default: identifier
-    pds: str
+    pds: str | None = None  # default: resolved from the identifier ([identity])
     identifier: str
     password_env: str = "GELBRIDGE_APP_PASSWORD"
     keyring: Path | None = None
@@ -205,6 +215,7 @@ class Settings(_Section):
     """Everything gelbridge reads from its configuration."""
 
     account: AccountConfig = Field(default_factory=AccountConfig)
+    identity: IdentityConfig = Field(default_factory=IdentityConfig)
     keyring: KeyringConfig = Field(default_factory=KeyringConfig)
     state: StateConfig = Field(default_factory=StateConfig)
     defaults: DefaultsConfig = Field(default_factory=DefaultsConfig)
@@ -250,8 +261,8 @@ class Settings(_Section):
                 raise ConfigError("use either [account] or [[accounts]], not both (move [account] into [[accounts]])")
             return list(self.accounts)
         a = self.account
-        if not a.pds or not a.identifier:
-            raise ConfigError("set [account] pds and identifier (or GELBRIDGE_PDS / GELBRIDGE_IDENTIFIER), or [[accounts]]")
+        if not a.identifier:
+            raise ConfigError("set [account] identifier (a handle or DID; or GELBRIDGE_IDENTIFIER), or [[accounts]]")
         return [AccountEntry(pds=a.pds, identifier=a.identifier, password_env=a.password_env,
                              keyring=self.keyring.path, state_dir=self.state.dir)]
 

@@ -48,6 +48,7 @@ def send_command(
 async def _send(settings: Any, text: str, conversation: str | None, as_json: bool, timeout: float) -> int:
     import os
 
+    from gelbridge.identity import pds_url_of
     from gelbridge.pds import PdsClient
     from gelbridge.records import MESSAGE_COLLECTION, AtUri, PlainContent, TextPart, new_tid, now_datetime
     from gelbridge.records.models import MessageRecord
@@ -56,8 +57,8 @@ async def _send(settings: Any, text: str, conversation: str | None, as_json: boo
 
     acct = settings.for_account(settings.accounts_list()[0]) if settings.accounts else settings
     a = acct.account
-    if not a.pds or not a.identifier:
-        raise ConfigError("set [account] pds and identifier (or GELBRIDGE_PDS / GELBRIDGE_IDENTIFIER)")
+    if not a.identifier:
+        raise ConfigError("set [account] identifier (a handle or DID; or GELBRIDGE_IDENTIFIER)")
     password = os.environ.get(a.password_env)
     if not password:
         raise ConfigError(f"no app password: set ${a.password_env}")
@@ -65,7 +66,7 @@ async def _send(settings: Any, text: str, conversation: str | None, as_json: boo
     if len(ring) == 0:
         raise ConfigError("the keyring holds no key: add one with 'gelbridge keys new --keyring FILE'")
     key_id = sorted(ring)[0]
-    async with PdsClient(a.pds) as pds:
+    async with PdsClient(await pds_url_of(a.pds, a.identifier, acct.identity)) as pds:
         await pds.login(a.identifier, password)
         conv = conversation or new_tid()
         parent = await _last_reply(pds, conv) if conversation else None

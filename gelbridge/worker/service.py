@@ -32,6 +32,7 @@ from urllib.parse import urlsplit
 from gelbridge.config import Settings
 from gelbridge.errors import ClaimConflict, ConfigError, GelbridgeError, PdsAuthError, PdsError, RecordError
 from gelbridge.firehose import RepoEvent
+from gelbridge.identity import resolve_account
 from gelbridge.mapping import OpenedRecordCache
 from gelbridge.pds import PdsClient, RelayBudget, Session
 from gelbridge.records.constants import (
@@ -187,17 +188,22 @@ class Worker:
 
     async def _connect(self) -> PdsClient:
         a = self.settings.account
-        if not a.pds or not a.identifier:
-            raise ConfigError("set [account] pds and identifier (or GELBRIDGE_PDS / GELBRIDGE_IDENTIFIER)")
+        if not a.identifier:
+            raise ConfigError("set [account] identifier (a handle or DID; or GELBRIDGE_IDENTIFIER)")
         store = self.store
         assert store is not None
         key = session_key(self.settings)
+        resolved = None if a.pds else await resolve_account(a.identifier, self.settings.identity)
+        pds_url = a.pds or resolved.pds  # type: ignore[union-attr]
 
         def save(session: Session) -> None:
-            store.save_session(key, session.to_dict())
+            store.save_session(key, {**session.to_dict(), "pds": pds_url})
 
-        pds = PdsClient(a.pds, on_session_change=save)
+        pds = PdsClient(pds_url, on_session_change=save)
         saved = store.load_session(key)
+        if saved is not None and saved.get("pds", pds_url) != pds_url:  # the account moved to another PDS
+            log.info("the saved PDS session is for another PDS; logging in again")
+            saved = None
         if saved is not None:
             try:
                 pds.resume(Session.from_dict(saved))
@@ -216,11 +222,14 @@ class Worker:
                 f"no app password: set ${a.password_env} (create one in your PDS account settings)"
             )
         try:
-            await pds.login(a.identifier, password)
+            session = await pds.login(a.identifier, password)
+            if resolved is not None and session.did != resolved.did:
+                raise ConfigError(f"the PDS at {pds_url} logged {a.identifier} in as {session.did}, not "
+                                  f"{resolved.did} as its DID document says; not serving it")
         except BaseException:
             await pds.aclose()
             raise
-        log.info("logged in to %s as %s", a.pds, a.identifier)
+        log.info("logged in to %s as %s", pds_url, a.identifier)
         return pds
 
     def startup_lines(self) -> list[str]:
