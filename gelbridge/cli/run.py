@@ -226,6 +226,8 @@ def demo_command(
     timeout: float = typer.Option(120.0, "--timeout", help="Seconds to wait for the reply."),
     keep_dir: Optional[Path] = typer.Option(None, "--keep", help="Keep the demo's state and config in this directory."),
     log_level: str = typer.Option("warning", "--log-level", help="Worker log level."),
+    chat: bool = typer.Option(False, "--chat", help="Then go on chatting in the same conversation "
+                              "('gelbridge chat' against the demo's worker) until /quit or Ctrl-D."),
 ) -> None:
     """Run the whole path on this machine: a local PDS, an account, a sealed message, the
     worker, a local echo model, and print the opened conversation. No account needed."""
@@ -233,5 +235,10 @@ def demo_command(
 
     setup_logging(log_level)
     t0 = time.monotonic()
-    run_demo(text=text, timeout=timeout, keep_dir=keep_dir, out=sys.stdout)
+    if chat:
+        from gelbridge.cli.send import _stdin_line
+
+        run_demo(text=text, timeout=timeout, keep_dir=keep_dir, out=sys.stdout, read_line=_stdin_line)
+    else:
+        run_demo(text=text, timeout=timeout, keep_dir=keep_dir, out=sys.stdout)
     print(f"demo finished in {time.monotonic() - t0:.1f} s")

@@ -16,6 +16,7 @@ import shutil
 import sys
 import tempfile
 import time
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import IO, Any
 
@@ -90,7 +91,10 @@ update_interval = 2
 async def _converse(
     settings: Settings, pds_url: str, handle: str, password: str, app_password: str,
     keyring: Keyring, key_id: str, text: str, timeout: float, out: IO[str],
+    then: Callable[[dict[str, Any], PdsClient], Awaitable[None]] | None = None,
 ) -> dict[str, Any]:
+    """The worker answers one sealed message; ``then(result, app)`` runs while the worker
+    still serves (``gelbridge demo --chat``)."""
     worker = Worker(settings, keyring=keyring, environ={PASSWORD_ENV: app_password}, out=_Indented(out))
     stop, ready = asyncio.Event(), asyncio.Event()
     task = asyncio.create_task(worker.run(stop, ready=ready))
@@ -148,12 +152,16 @@ async def _converse(
             reply_content = content_of(rec.content, uri=AtUri(did, MESSAGE_COLLECTION, reply_key), keyring=keyring)
             user_content = content_of(sealed, uri=uri, keyring=keyring)
             await worker.wait_idle(10)
-            return {
+            res = {
                 "conversation": conv, "user": user_content, "reply": reply_content, "record": rec,
                 "sealed_bytes": len(raw.get("content", {}).get("ciphertext", {}).get("$bytes", "")),
                 "claimed_ms": claimed_ms, "done_ms": done_ms,
                 "turn": worker.reports[-1].timing if worker.reports else None,
+                "message": rkey, "reply_rkey": reply_key,
             }
+            if then is not None:
+                await then(res, app)
+            return res
     finally:
         stop.set()
         try:
@@ -166,8 +174,11 @@ def _texts(content: PlainContent) -> str:
     return "".join(p.text for p in content.parts if isinstance(p, TextPart))
 
 
-def run_demo(*, text: str, timeout: float = 120.0, keep_dir: Path | None = None, out: IO[str] = sys.stdout) -> None:
-    """Run the demo; prints friendly progress to ``out``. Raises GelbridgeError on failure."""
+def run_demo(*, text: str, timeout: float = 120.0, keep_dir: Path | None = None, out: IO[str] = sys.stdout,
+             read_line: Callable[[str], Awaitable[str | None]] | None = None) -> None:
+    """Run the demo; prints friendly progress to ``out``. Raises GelbridgeError on failure.
+    With ``read_line`` (``--chat``), the chat goes on interactively in the same
+    conversation (``gelbridge chat``) until the input ends."""
     say = lambda s: print(s, file=out, flush=True)  # noqa: E731
     say("gelbridge demo: a local PDS, a sealed chat message, the worker and a local echo model\n")
     base = Path(keep_dir).expanduser().resolve() if keep_dir else Path(tempfile.mkdtemp(prefix="gelbridge-demo-"))
@@ -198,25 +209,41 @@ def run_demo(*, text: str, timeout: float = 120.0, keep_dir: Path | None = None,
             "worker": {"shutdown_grace": 5.0},
         })
         say(f"[4/5] starting the worker (local echo model at {server.url}, adapter 'openai'):")
+        def summary(res: dict[str, Any]) -> None:
+            rec = res["record"]
+            say("")
+            say(f"conversation {res['conversation']} (opened with key {key_id}; on the PDS both messages are ciphertext):")
+            say(f"  user       {_texts(res['user'])}")
+            model = f"{rec.model.provider}/{rec.model.id}" if rec.model else "?"
+            say(f"  assistant  {_texts(res['reply'])}")
+            say(f"             [{rec.status}, {model}, finish {rec.finish_reason or '-'}]")
+            if rec.status == "error" and rec.error is not None:
+                say(f"  error: {rec.error.kind}: {rec.error.message}")
+            say("")
+            claimed = f"{res['claimed_ms']:.0f} ms" if res["claimed_ms"] is not None else "-"
+            say(f"timings: message commit → reply claimed {claimed}, → reply complete {res['done_ms']:.0f} ms")
+            t = res["turn"]
+            if t is not None:
+                read = f"{t.read_ms:.0f} ms" if t.read_ms is not None else "-"
+                say(f"         turn: queue {t.queue_ms:.0f} ms, PDS reads {read}, bridge {t.bridge_ms:.1f} ms, "
+                    f"model {t.model_ms:.0f} ms, PDS writes {t.write_ms:.0f} ms")
+
+        async def chat_on(res: dict[str, Any], app: PdsClient) -> None:
+            from gelbridge.chat_client import ChatClient
+            from gelbridge.cli.send import chat
+
+            summary(res)
+            say("\nthe chat goes on in the same conversation (the worker and the echo model keep running):")
+            client = ChatClient(app, keyring, key_id, conversation=res["conversation"], parent=res["reply_rkey"],
+                                last_message=res["message"])
+            assert read_line is not None
+            await chat(settings, None, timeout, read_line, out, client=client)
+
         res = asyncio.run(_converse(settings, pds.pds_url, acct.handle, password, acct.app_password,
-                                    keyring, key_id, text, timeout, out))
+                                    keyring, key_id, text, timeout, out, then=chat_on if read_line else None))
         rec = res["record"]
-        say("")
-        say(f"conversation {res['conversation']} (opened with key {key_id}; on the PDS both messages are ciphertext):")
-        say(f"  user       {_texts(res['user'])}")
-        model = f"{rec.model.provider}/{rec.model.id}" if rec.model else "?"
-        say(f"  assistant  {_texts(res['reply'])}")
-        say(f"             [{rec.status}, {model}, finish {rec.finish_reason or '-'}]")
-        if rec.status == "error" and rec.error is not None:
-            say(f"  error: {rec.error.kind}: {rec.error.message}")
-        say("")
-        claimed = f"{res['claimed_ms']:.0f} ms" if res["claimed_ms"] is not None else "-"
-        say(f"timings: message commit → reply claimed {claimed}, → reply complete {res['done_ms']:.0f} ms")
-        t = res["turn"]
-        if t is not None:
-            read = f"{t.read_ms:.0f} ms" if t.read_ms is not None else "-"
-            say(f"         turn: queue {t.queue_ms:.0f} ms, PDS reads {read}, bridge {t.bridge_ms:.1f} ms, "
-                f"model {t.model_ms:.0f} ms, PDS writes {t.write_ms:.0f} ms")
+        if read_line is None:
+            summary(res)
         if keep_dir:
             say(f"\nkept {base}: try 'gelbridge status --config {base / 'gelbridge.toml'}'"
                 " (the PDS itself is gone)")

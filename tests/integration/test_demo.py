@@ -32,3 +32,19 @@ def test_demo_prints_opened_conversation_and_timings_and_keeps_state(tmp_path: P
     assert "in flight 0" in res.output and "recent turns (1)" in res.output
     assert ".r0" in res.output and "complete" in res.output
     assert "hello demo" not in res.output
+
+
+def test_demo_chat_goes_on_in_the_same_conversation_until_the_input_ends() -> None:
+    out = io.StringIO()
+    typed = iter(["and a second one", "/regen"])
+
+    async def read_line(prompt: str) -> str | None:
+        out.write(prompt)
+        return next(typed, None)  # then the end of input
+
+    run_demo(text="first", timeout=60, out=out, read_line=read_line)
+    text = out.getvalue()
+    assert "  assistant  You said: first" in text
+    assert "the chat goes on in the same conversation" in text
+    assert "bot> You said: and a second one\n[complete, local/echo-1]" in text
+    assert "bot> You said: and a second one\n[complete, local/echo-1, attempt 1]" in text
