@@ -65,6 +65,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
+from gelbridge import tracing
 from gelbridge.config import Settings, load_config
 from gelbridge.errors import ConfigError, GelbridgeError
 from gelbridge.ingest import (
@@ -211,6 +212,7 @@ class Bridge:
             return
         self._loop = asyncio.get_running_loop()
         self._loop_thread = threading.get_ident()
+        tracing.configure(self.settings.observability)
         self._store = StateStore.open_dir(self.settings.state_dir)
         listen = self.settings.observability.listen
         if listen and self.metrics is None:

@@ -43,6 +43,13 @@ async def check_settings(settings: Settings, *, environ: Mapping[str, str], logi
         accounts = []
     if settings.watch.source == "jetstream" and not settings.watch.url:
         rep.problems.append('[watch] source = "jetstream" needs url = "wss://<jetstream host>"')
+    if settings.observability.traces:
+        from gelbridge import tracing
+
+        if not tracing.available():
+            rep.problems.append(tracing.EXTRA_HINT)
+        else:
+            rep.lines.append(f"traces     OTLP/HTTP to {settings.observability.otlp_endpoint or 'the SDK default'}")
     _check_providers(settings, environ, rep)
     per_account = [settings.for_account(a) for a in accounts] if settings.accounts else (
         [settings] if accounts else [])

@@ -165,9 +165,15 @@ class WorkerConfig(_Section):
 
 
 class ObservabilityConfig(_Section):
-    """``[observability]``: ``listen = "host:port"`` serves /healthz, /readyz, /metrics."""
+    """``[observability]``: ``listen = "host:port"`` serves /healthz, /readyz, /metrics;
+    ``traces = true`` sends OpenTelemetry traces (the ``otel`` extra) over OTLP/HTTP."""
 
     listen: str | None = None
+    traces: bool = False
+    #: OTLP/HTTP traces endpoint; unset: $OTEL_EXPORTER_OTLP_TRACES_ENDPOINT, else
+    #: http://localhost:4318/v1/traces (the OpenTelemetry SDK's own defaults)
+    otlp_endpoint: str | None = None
+    service_name: str = "gelbridge"
 
     @field_validator("listen")
     @classmethod

@@ -23,9 +23,11 @@ import logging
 import time
 from dataclasses import dataclass, field
 from typing import Any, AsyncIterator, Awaitable, Callable, Final, Mapping
+from urllib.parse import urlsplit
 
 import httpx
 
+from gelbridge import tracing
 from gelbridge.backoff import backoff_delay
 from gelbridge.errors import (
     ClaimConflict,
@@ -335,6 +337,7 @@ class PdsClient:
         http: httpx.AsyncClient | None = None,
     ) -> None:
         self.pds_url = pds_url.rstrip("/")
+        self._host = urlsplit(self.pds_url).hostname or ""
         self._session = session
         self._on_session_change = on_session_change
         self._max_retries = max_retries
@@ -699,7 +702,9 @@ class PdsClient:
                     continue
                 raise err
 
-        return await self._with_retries(attempt, what, retry=retry)
+        with tracing.span(f"pds {nsid.rsplit('.', 1)[-1]}", {"rpc.method": nsid, "server.address": self._host},
+                          client=True):
+            return await self._with_retries(attempt, what, retry=retry)
 
     async def _with_retries(self, attempt: Callable[[], Awaitable[Any]], what: str, *, retry: str) -> Any:
         """Run ``attempt`` with bounded exponential backoff.

@@ -31,6 +31,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
 
 import orjson
 
@@ -45,6 +46,7 @@ from gelbridge.adapters.contract import (
     lux_to_completion_request,
 )
 from gelbridge.adapters.host import Adapter
+from gelbridge import tracing
 from gelbridge.adapters.ids import ToolCallIdMap, ToolCallIdRule
 from gelbridge.errors import AdapterError, ConfigError, GelbridgeError, ProviderError
 from gelbridge.lux import (
@@ -297,14 +299,31 @@ class ModelClient:
             prep = self.prepare(request, provider=provider, stream=stream)
         timing.adapter_ms += (time.perf_counter() - t_start) * 1000
         model = request.model
-        try:
-            if prep.stream:
-                resp, diags = await self._stream(adapter, transport, prep, provider, model, timing, on_event)
-            else:
-                resp, diags = await self._once(adapter, transport, prep, provider, model, timing)
-        finally:
-            timing.total_ms = (time.perf_counter() - t_start) * 1000
+        with tracing.span(f"chat {model}", self._span_attributes(provider, model, prep), client=True) as sp:
+            try:
+                if prep.stream:
+                    resp, diags = await self._stream(adapter, transport, prep, provider, model, timing, on_event)
+                else:
+                    resp, diags = await self._once(adapter, transport, prep, provider, model, timing)
+            finally:
+                timing.total_ms = (time.perf_counter() - t_start) * 1000
+            if sp is not None:
+                _span_response(sp, resp)
         return ModelResult(resp, prep.diagnostics + diags, timing, provider, model, prep.stream)
+
+    def _span_attributes(self, provider: str, model: str, prep: PreparedRequest) -> dict[str, Any]:
+        """The GenAI semantic conventions' request attributes (no content)."""
+        cfg = self.settings.providers.get(provider)
+        adapter = cfg.adapter if cfg is not None else provider
+        url = urlsplit(prep.url)
+        attrs: dict[str, Any] = {
+            "gen_ai.operation.name": "chat", "gen_ai.provider.name": tracing.GENAI_PROVIDERS.get(adapter, adapter),
+            "gen_ai.request.model": model, "gelbridge.provider": provider, "gelbridge.stream": prep.stream,
+            "server.address": url.hostname or "",
+        }
+        if url.port:
+            attrs["server.port"] = url.port
+        return attrs
 
     async def _once(self, adapter: Adapter, transport: ProviderTransport, prep: PreparedRequest,
                     provider: str, model: str, timing: ModelTiming) -> tuple[LuxResponse, list[Diagnostic]]:
@@ -467,6 +486,24 @@ def _skipped_frame(data: str, diags: list[Diagnostic]) -> int:
         raise ProviderError(f"the provider sent an error event mid-stream"
                             f"{': ' + msg[:300] if isinstance(msg, str) else ''}", kind=kind)
     return 0
+
+
+def _span_response(sp: Any, resp: LuxResponse) -> None:
+    """The GenAI response attributes: model, id, finish reasons, token counts."""
+    sp.set_attribute("gen_ai.response.model", resp.model or "")
+    if resp.id:
+        sp.set_attribute("gen_ai.response.id", resp.id)
+    sp.set_attribute("gen_ai.response.finish_reasons", [str(c.finish_reason) for c in resp.choices])
+    u = resp.usage
+    if u is not None:
+        sp.set_attribute("gen_ai.usage.input_tokens", u.prompt_tokens)
+        sp.set_attribute("gen_ai.usage.output_tokens", u.completion_tokens)
+        if u.cached_tokens is not None:
+            sp.set_attribute("gen_ai.usage.cache_read.input_tokens", u.cached_tokens)
+        if u.reasoning_tokens is not None:
+            sp.set_attribute("gelbridge.usage.reasoning_tokens", u.reasoning_tokens)
+    if resp.error is not None:
+        tracing.failed(sp, resp.error.kind)
 
 
 __all__ = ["ModelClient", "ModelResult", "ModelTiming", "PreparedRequest", "THREAD_THRESHOLD_BYTES",

@@ -965,7 +965,7 @@ class _Decoder:
         if v is None:
             return None
         if isinstance(v, bool) and types in (int, float, (int, float)):
-            self.note(f"{path}.{key}", ConversionStatus.INVALID, f"expected number, got bool")
+            self.note(f"{path}.{key}", ConversionStatus.INVALID, "expected number, got bool")
             return None
         if not isinstance(v, types):
             self.note(f"{path}.{key}", ConversionStatus.INVALID, f"wrong type {_tname(v)}; dropped")

@@ -16,6 +16,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from gelbridge import tracing
 from gelbridge.tools.registry import ToolOutput, ToolRegistry
 
 log = logging.getLogger("gelbridge.tools")
@@ -130,6 +131,18 @@ async def run_one(
 ) -> ToolOutcome:
     """Run one call to completion or to an error result. Never raises (except
     cancellation of the caller)."""
+    name = call.tool if registry.get(call.tool) is not None else "unknown"  # never a name the model made up
+    with tracing.span(f"execute_tool {name}", {"gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": name,
+                                                "gen_ai.tool.type": "function"}) as sp:
+        outcome = await _run_one(call, registry, timeout=timeout, max_output_chars=max_output_chars)
+        if sp is not None and outcome.is_error:
+            tracing.failed(sp, "tool_error")
+        return outcome
+
+
+async def _run_one(
+    call: ToolCall, registry: ToolRegistry, *, timeout: float, max_output_chars: int
+) -> ToolOutcome:
     start = time.monotonic()
 
     def done(out: ToolOutput) -> ToolOutcome:

@@ -32,6 +32,7 @@ from urllib.parse import urlsplit
 from gelbridge.config import Settings
 from gelbridge.errors import ClaimConflict, ConfigError, GelbridgeError, PdsAuthError, PdsError, RecordError
 from gelbridge.firehose import RepoEvent
+from gelbridge import tracing
 from gelbridge.identity import resolve_account
 from gelbridge.mapping import OpenedRecordCache
 from gelbridge.pds import PdsClient, RelayBudget, Session
@@ -128,6 +129,7 @@ class Worker:
     async def start(self) -> None:
         """Open state, log in (or resume), load keyring, tools and the model client."""
         s = self.settings
+        tracing.configure(s.observability)
         if s.observability.listen and self.metrics is None:
             from gelbridge.observability import Metrics
 
@@ -422,7 +424,16 @@ class Worker:
                                       resume_from=resume_from, takeover=takeover))
 
     async def _run_turn(self, job: TurnJob) -> TurnReport:
-        report = await run_turn(self.deps, job)
+        attrs = {"gelbridge.account": self.label, "gelbridge.reply.rkey": job.ask.reply_rkey,
+                 "gelbridge.reply.attempt": job.ask.attempt, "gelbridge.turn.resumed": job.resumed}
+        with tracing.span("gelbridge.turn", attrs) as sp:
+            report = await run_turn(self.deps, job)
+            if sp is not None:
+                sp.set_attribute("gelbridge.turn.status", report.status)
+                sp.set_attribute("gelbridge.turn.steps", report.steps)
+                sp.set_attribute("gelbridge.pds.write_points", report.points)
+                if report.error_kind:
+                    tracing.failed(sp, report.error_kind)
         if self.metrics is not None:
             self.metrics.turn_finished(self.label, report)
         self.stats[f"turn-{report.status}"] += 1
@@ -622,4 +633,5 @@ class Worker:
             self.store.close()
         self._owned.clear()
         self.started = False
+        tracing.flush()
 
