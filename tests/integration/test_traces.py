@@ -83,7 +83,8 @@ async def test_a_turn_is_one_span_with_model_tool_and_pds_children_and_no_conten
     canary = "canary-6f2e-secret"
     settings = make_settings(dev_pds.pds_url, pds_account, tmp_path / "state", model_server.url,
                              defaults={"tools": ["current_time"]},
-                             observability={"traces": True, "otlp_endpoint": collector.url, "service_name": "gb-test"})
+                             observability={"traces": True, "otlp_endpoint": collector.url, "service_name": "gb-test",
+                                            "listen": "127.0.0.1:0"})
     model_server.enqueue(Turn(tool_calls=[ToolCall("current_time", {"timezone": "UTC", "note": canary}, id="c1")],
                               usage=(40, 7, 0)))
     model_server.enqueue(Turn(text=f"the answer is {canary}", usage=(60, 9, 0)))
@@ -91,7 +92,10 @@ async def test_a_turn_is_one_span_with_model_tool_and_pds_children_and_no_conten
         k = await app.send(f"tell me {canary}", conversation=new_tid())
         _rec, content = await app.wait_status(f"{k}.r0", "complete", timeout=60)
         await worker.wait_idle(10)
+        tool_runs = {o: worker.metrics.registry.get_sample_value(
+            "gelbridge_tool_runs_total", {"account": pds_account.handle, "outcome": o}) for o in ("ok", "error")}
     tracing.flush()
+    assert sum(v or 0 for v in tool_runs.values()) == 1  # /metrics counts the tool run by outcome
     assert canary in text_of(content)
     spans = collector.spans()
     [turn] = [s for s in spans if s.name == "gelbridge.turn"]
