@@ -18,30 +18,10 @@ import typer
 from gelbridge.cli import app
 from gelbridge.config import Settings, load_config
 from gelbridge.errors import ConfigError, GelbridgeError, KeyringError, RecordError
-from gelbridge.lux import ConversionStatus, Diagnostic, LuxRequest, Options
-from gelbridge.mapping import (
-    OpenedMessage,
-    OpenedRecordCache,
-    TurnChoice,
-    approval_answers,
-    build_request,
-    choose_turn,
-    repeated_call_parts,
-    waiting_calls,
-)
-from gelbridge.records.constants import (
-    CONVERSATION_COLLECTION,
-    MESSAGE_COLLECTION,
-    SETTINGS_COLLECTION,
-    SETTINGS_RKEY,
-)
-from gelbridge.records.io import RecordEntry, load_records
-from gelbridge.records.models import ConversationRecord, MessageRecord, SettingsRecord
-from gelbridge.sealing import KEYRING_ENV, CopySources, Keyring, OpenedRecord, content_of, open_record
-from gelbridge.thread import Thread, previous_reply_rkey, walk_thread
-from gelbridge.tools.approval import resolve_approvals
-from gelbridge.tools.loader import builtin_tools
-from gelbridge.tools.registry import ToolRegistry
+from gelbridge.lux import Diagnostic, LuxRequest
+from gelbridge.records.io import load_records
+from gelbridge.records.models import MessageRecord
+from gelbridge.sealing import KEYRING_ENV, CopySources, Keyring, OpenedRecord, open_record
 
 RecordsArgument = Annotated[
     Path,
@@ -141,100 +121,43 @@ def _json_form(value: dict[str, Any]) -> dict[str, Any]:
 
 @dataclass(slots=True)
 class ConvertResult:
-    """What ``convert`` computed: the request, every diagnostic, and the choice."""
+    """What ``convert`` computed, with the worker's own turn: the first request it would
+    send, to which provider, and every diagnostic of the way."""
 
     request: LuxRequest
+    provider: str
     diagnostics: list[Diagnostic]
-    choice: TurnChoice
-    thread: Thread
 
 
 def convert_file(records: Path, keyring: Keyring, message: str, settings: Settings) -> ConvertResult:
-    """The thread of ``message`` in a record file → the Lux IR request for its reply.
+    """The thread of ``message`` in a record file → the Lux IR request for its reply: the
+    worker's turn up to its first model call (``gelbridge.worker.offline``)."""
+    import asyncio
 
-    The hook for ``--to <adapter>``: that option takes ``result.request`` and prints
-    the provider body the adapter would send instead of the IR itself.
-    """
-    entries = load_records(records)
-    uris = CopySources((e.uri, e.value) for e in entries)
-    by_rkey: dict[str, RecordEntry] = {}
-    conversations: dict[str, RecordEntry] = {}
-    settings_entry: RecordEntry | None = None
-    for e in entries:
-        if e.uri.collection == MESSAGE_COLLECTION:
-            by_rkey[e.uri.rkey] = e
-        elif e.uri.collection == CONVERSATION_COLLECTION:
-            conversations[e.uri.rkey] = e
-        elif e.uri.collection == SETTINGS_COLLECTION and e.uri.rkey == SETTINGS_RKEY:
-            settings_entry = e
-    if message not in by_rkey:
-        raise RecordError(f"message {message} is not in {records}: pass the record key of a user message")
-    cache = OpenedRecordCache()
+    from gelbridge.worker.offline import CaptureModel, run_offline
 
-    def lookup(rkey: str) -> MessageRecord | None:
-        e = by_rkey.get(rkey)
-        return None if e is None else cache.record(str(e.uri), e.cid, e.value)
+    capture = CaptureModel()
+    turn = asyncio.run(run_offline(records, message, keyring, settings, model=capture, check_provider=False))
+    if capture.request is None or capture.provider is None:
+        raise _why_no_request(records, message, turn)
+    return ConvertResult(capture.request, capture.provider, turn.diagnostics)
 
-    thread = walk_thread(message, lookup, max_depth=settings.thread.max_depth)
-    opened = []
-    for t in thread.entries:
-        e = by_rkey[t.rkey]
-        content = content_of(t.record.content, uri=e.uri, keyring=keyring, candidate_uris=uris)
-        opened.append(OpenedMessage(t.rkey, t.record, content))
-    diags: list[Diagnostic] = []
 
-    conv_rec: ConversationRecord | None = None
-    conv_instr = None
-    ce = conversations.get(thread.conversation)
-    if ce is not None:
-        conv_rec = ConversationRecord.from_value(ce.value, uri=str(ce.uri))
-        if conv_rec.instructions is not None:
-            conv_instr = content_of(conv_rec.instructions, uri=ce.uri, keyring=keyring, candidate_uris=uris)
-    settings_rec = (SettingsRecord.from_value(settings_entry.value, uri=str(settings_entry.uri))
-                    if settings_entry is not None else None)
-    msg = thread.message.record
-    prev_key = previous_reply_rkey(message, msg)
-    in_thread = {t.rkey: t.record for t in thread.entries}
-    prev = (in_thread.get(prev_key) or lookup(prev_key)) if prev_key is not None else None
-    choice = choose_turn(msg, previous_reply=prev, conversation=conv_rec,
-                         settings_record=settings_rec, defaults=settings.defaults)
-    if choice.model is None:
-        raise ConfigError(
-            "no model for this reply: the message, previous reply, conversation and settings "
-            "records name none; set [defaults] model in the config (--config)"
-        )
-
-    registry = ToolRegistry(builtin_tools(settings.tools))
-    tools, unknown = registry.select(choice.tools)
-    for name in unknown:
-        diags.append(Diagnostic(f"tools.{name}", ConversionStatus.UNSUPPORTED,
-                                "tool not offered offline (built-in tools only; MCP servers are not started)"))
-
-    prefix = []
-    parent = thread.parent_reply
-    if parent is not None:
-        parent_parts = opened[-2].content.parts
-        waiting = waiting_calls(parent_parts)
-        if waiting:
-            outcome = resolve_approvals(waiting, approval_answers(opened[-1].content.parts))
-            prefix = repeated_call_parts(outcome, {}, parent_parts=parent_parts)
-            for ig in outcome.ignored:
-                diags.append(Diagnostic(f"{message}.approval", ConversionStatus.DEGRADED,
-                                        f"answer for a call that is not waiting ignored ({ig.why})"))
-
-    d = settings.defaults
-    built = build_request(
-        opened,
-        provider=choice.model.provider,
-        model=choice.model.id,
-        choice=choice,
-        instructions=d.instructions,
-        conversation_instructions=conv_instr,
-        tool_specs=[t.spec() for t in tools],
-        options=Options(stream=True, max_output_tokens=d.max_output_tokens, temperature=d.temperature),
-        reply_prefix=prefix,
-    )
-    return ConvertResult(built.value, diags + built.diagnostics, choice, thread)
+def _why_no_request(records: Path, message: str, turn: Any) -> GelbridgeError:
+    """The turn ended before any model call: say why, as the reply would."""
+    if turn.decision == "bad-record":
+        value = next(e.value for e in load_records(records) if e.uri.rkey == message)
+        try:
+            MessageRecord.from_value(value)
+        except RecordError as e:
+            return e
+    if turn.reply is None:
+        return RecordError(f"message {message} asks for no reply (a user message with generation is needed)")
+    err = turn.reply.get("error") or {}
+    why = err.get("message") or f"the reply ended {turn.reply.get('status')}"
+    if err.get("kind") == "invalid_request" and "model" in why and "[defaults] model" in why:
+        return ConfigError(f"{why}; set [defaults] model in the config (--config)")
+    return GelbridgeError(f"no request: {why}")
 
 
 @app.command("convert")

@@ -2,13 +2,13 @@
 
 Also the ``--to`` output of ``gelbridge convert`` (:func:`print_provider_body`).
 
-``reply`` walks and maps the thread exactly like ``convert``, calls the model through
-``ModelClient`` (the provider of the chosen modelRef), turns the response into parts,
-seals them with the user message's keyId for ``at://<did>/chat.gel.assistant.message/<K>.r<n>``
-and prints the record value as it would be written. It writes nothing anywhere.
-Tools are never run offline: a call that needs approval is left ``pending`` (status
-``awaitingApproval``, as the worker writes it); a call that needs none gets an error
-result "not run" (the worker would run it and continue the loop).
+``reply`` runs the worker's own turn on the record file (``gelbridge.worker.offline``):
+the same thread walk, choice, approvals and reply record as ``gelbridge run``, calling
+the model through ``ModelClient`` (the provider of the chosen modelRef), and prints the
+record value the worker would write for ``at://<did>/chat.gel.assistant.message/<K>.r<n>``.
+It writes nothing anywhere. Tools are never run offline: a call that needs approval is
+left ``pending`` (status ``awaitingApproval``); a call that needs none gets the error
+result "not run" and the loop goes on, as after a failed tool.
 """
 
 from __future__ import annotations
@@ -22,13 +22,11 @@ import typer
 
 from gelbridge.cli import app
 from gelbridge.cli.records import ShowContentOption
-from gelbridge.errors import AdapterError, AdapterLoadError, GelbridgeError, ProviderError
+from gelbridge.errors import AdapterError, AdapterLoadError, GelbridgeError
 
 if TYPE_CHECKING:
     from gelbridge.cli.records import ConvertResult
     from gelbridge.config import Settings
-
-NOT_RUN = "not run: 'gelbridge reply' runs no tools offline (the worker runs this call)"
 
 
 def print_provider_body(adapter_name: str, result: ConvertResult, settings: Settings,
@@ -42,10 +40,8 @@ def print_provider_body(adapter_name: str, result: ConvertResult, settings: Sett
 
     registry = registry_from_settings(settings)
     adapter = registry.get(adapter_name)
-    assert result.choice.model is not None
     try:
-        conv = provider_body(adapter, result.request, provider=result.choice.model.provider,
-                             model=result.request.model)
+        conv = provider_body(adapter, result.request, provider=result.provider, model=result.request.model)
     except AdapterError as e:
         if show_content or isinstance(e, AdapterLoadError):
             raise
@@ -61,12 +57,6 @@ def print_provider_body(adapter_name: str, result: ConvertResult, settings: Sett
         sys.stderr.write(d.describe(show_content) + "\n")
 
 
-def _now() -> str:
-    from gelbridge.records import now_datetime
-
-    return now_datetime()
-
-
 @app.command("reply")
 def reply_command(
     records: Annotated[Path, typer.Argument(help="Records: listRecords JSON, a JSON array of {uri, cid, value}, "
@@ -80,145 +70,58 @@ def reply_command(
 ) -> None:
     """Answer one message offline: print the sealed reply record JSON on stdout.
 
-    Calls the model of the chosen modelRef through its adapter ([providers] in the
-    config), seals the reply with the user message's keyId and prints the record as
-    it would be written (nothing is written to any PDS). A summary (model, tokens,
-    timings, diagnostics; never content unless --show-content) goes to stderr. Tools are
-    not run offline.
+    Runs the worker's own turn on the file: calls the model of the chosen modelRef
+    through its adapter ([providers] in the config), seals the reply with the user
+    message's keyId and prints the record as gelbridge run would write it (nothing is
+    written to any PDS). A summary (model, tokens, timings, diagnostics; never content
+    unless --show-content) goes to stderr. Tools are not run offline.
     """
-    from gelbridge.cli.records import convert_file, load_keyring, print_json
+    from gelbridge.cli.records import load_keyring, print_json
     from gelbridge.config import load_config
 
     settings = load_config(config)
     ring = load_keyring(keyring)
-    result = convert_file(records, ring, message, settings)
-    record, summary, failed = asyncio.run(_turn(records, ring, message, settings, result, stream, show_content))
+    record, summary, failed = asyncio.run(_reply(records, ring, message, settings, stream, show_content))
     print_json(record)
     sys.stderr.write(summary)
     if failed:
         raise GelbridgeError(failed)
 
 
-async def _turn(records: Path, ring: Any, message: str, settings: Settings, result: ConvertResult,
-                stream: bool, show_content: bool = False) -> tuple[dict[str, Any], str, str | None]:
+async def _reply(records: Path, ring: Any, message: str, settings: Settings, stream: bool,
+                 show_content: bool) -> tuple[dict[str, Any], str, str | None]:
     from gelbridge.adapters.client import ModelClient
-    from gelbridge.lux import LuxResponse
-    from gelbridge.mapping import (
-        approval_answers,
-        call_ids_in,
-        repeated_call_parts,
-        response_to_parts,
-        waiting_calls,
-    )
-    from gelbridge.records import (
-        MESSAGE_COLLECTION,
-        AtUri,
-        EncryptedContent,
-        MessageRecord,
-        ModelRef,
-        PlainContent,
-        ReplyError,
-        ToolResultPart,
-        reply_rkey,
-    )
-    from gelbridge.records.io import load_records
-    from gelbridge.sealing import CopySources, content_of, seal_content
-    from gelbridge.tools.approval import resolve_approvals
-    from gelbridge.tools.loader import builtin_tools
-    from gelbridge.tools.registry import ToolRegistry, needs_approval
-    from gelbridge.worker.decide import error_message, reply_error_kind
+    from gelbridge.cli.records import _why_no_request
+    from gelbridge.worker.offline import NOT_RUN_OFFLINE, run_offline
 
-    assert result.choice.model is not None
-    provider, model = result.choice.model.provider, result.choice.model.id
-    entries = {e.uri.rkey: e for e in load_records(records) if e.uri.collection == MESSAGE_COLLECTION}
-    uris = CopySources((e.uri, e.value) for e in entries.values())
-    msg_entry = entries[message]
-    msg = result.thread.message.record
-    attempt = msg.generation.attempt if msg.generation is not None else 0
-    rkey = reply_rkey(message, attempt)
-    uri = AtUri(msg_entry.uri.did, MESSAGE_COLLECTION, rkey)
-
-    # what the thread already holds: call ids (unique per conversation), and the
-    # repeated approved/denied calls that start this reply (as convert computed them)
-    opened = {t.rkey: content_of(t.record.content, uri=entries[t.rkey].uri, keyring=ring,
-                                 candidate_uris=uris) for t in result.thread.entries}
-    used: set[str] = set()
-    for c in opened.values():
-        used |= call_ids_in(c.parts)
-    prefix: list[Any] = []
-    parent = result.thread.parent_reply
-    if parent is not None:
-        waiting = waiting_calls(opened[parent.rkey].parts)
-        if waiting:
-            outcome = resolve_approvals(waiting, approval_answers(opened[message].parts))
-            prefix = repeated_call_parts(outcome, {}, parent_parts=opened[parent.rkey].parts)
-            for p in list(prefix):
-                if p.type.endswith("#toolCallPart") and p.approval == "approved":
-                    prefix.insert(prefix.index(p) + 1, ToolResultPart(call_id=p.call_id, output=NOT_RUN,
-                                                                      is_error=True))
-    used |= call_ids_in(prefix)
-
-    tools = ToolRegistry(builtin_tools(settings.tools))
-    created = _now()
-    lines: list[str] = [f"model: {provider}/{model} (adapter {settings.providers[provider].adapter if provider in settings.providers else '?'})\n"]
-    diags = list(result.diagnostics)
-    failed: str | None = None
-    response: LuxResponse | None = None
-    error: ReplyError | None = None
     async with ModelClient(settings) as client:
-        try:
-            res = await client.complete(result.request, provider=provider, stream=stream)
-            response = res.response
-            diags += res.diagnostics
-            t = res.timing
-            ttfb = f"{t.ttfb_ms:.1f}" if t.ttfb_ms is not None else "-"
-            lines.append(f"timing: total {t.total_ms:.1f} ms, first byte {ttfb} ms, adapter {t.adapter_ms:.2f} ms, "
-                         f"{t.chunks} chunks, {t.attempts} attempt(s)\n")
-        except (ProviderError, AdapterError) as e:
-            response = getattr(e, "partial", None)
-            diags += getattr(e, "diagnostics", [])
-            # the record gets the worker's content-free text: a provider may echo the prompt
-            kind = reply_error_kind(e.kind)
-            error = ReplyError(kind=kind, message=error_message(kind, status=getattr(e, "status", None)))
-            failed = f"the model call failed ({kind}); the printed record is the error reply"
-
-    parts: list[Any] = list(prefix)
-    status = "complete"
-    finish = None
-    usage = None
-    if response is not None:
-        draft = response_to_parts(response, provider=provider, model=model,
-                                  needs_approval=lambda name: needs_approval(name, tools),
-                                  reply_rkey=rkey, used_call_ids=used)
-        diags += draft.diagnostics
-        parts += draft.parts
-        for call in draft.runnable_calls:
-            parts.insert(parts.index(call) + 1, ToolResultPart(call_id=call.call_id, output=NOT_RUN,
-                                                               is_error=True))
-        if draft.runnable_calls:
-            lines.append(f"tools: {len(draft.runnable_calls)} call(s) not run offline\n")
-        finish, usage = draft.finish_reason, draft.usage
-        if draft.awaiting_approval:
-            status = "awaitingApproval"
-            lines.append(f"tools: {len(draft.pending_calls)} call(s) wait for approval\n")
-    if error is not None:
-        status = "error"
-        finish = "error"
-    content = PlainContent(parts=parts)
-    if isinstance(msg.content, EncryptedContent):
-        sealed: Any = seal_content(content, uri=uri, key_id=msg.content.key_id, keyring=ring)
-    else:
-        sealed = content
-    rec = MessageRecord(
-        conversation=msg.conversation, role="assistant", parent=message, content=sealed,
-        model=ModelRef(provider=provider, id=model), effort=result.choice.effort, usage=usage,
-        status=status, finish_reason=finish, error=error, created_at=created, updated_at=_now(),
-    )
-    if usage is not None:
-        lines.append(f"tokens: input {usage.input_tokens}, output {usage.output_tokens}"
-                     f"{f', reasoning {usage.reasoning_tokens}' if usage.reasoning_tokens is not None else ''}\n")
-    lines.append(f"reply: {uri} status {status}, finish {finish}, {len(parts)} part(s)\n")
-    lines += [f"diagnostic: {d.describe(show_content)}\n" for d in diags]
-    if error is not None:
-        lines.append(f"error: {error.kind}: {error.message}\n")
-    return rec.to_value(), "".join(lines), failed
+        turn = await run_offline(records, message, ring, settings, model=client, stream=stream)
+    if turn.reply is None:
+        raise _why_no_request(records, message, turn)
+    value = turn.reply
+    lines: list[str] = []
+    model = value.get("model") or {}
+    if model:
+        provider = model.get("provider")
+        adapter = settings.providers[provider].adapter if provider in settings.providers else "?"
+        lines.append(f"model: {provider}/{model.get('id')} (adapter {adapter})\n")
+    rep = turn.report
+    if rep is not None:
+        t = rep.timing
+        lines.append(f"timing: model {t.model_ms:.1f} ms, bridge {t.bridge_ms:.1f} ms, {rep.steps} step(s)\n")
+    usage = value.get("usage")
+    if usage:
+        reasoning = usage.get("reasoningTokens")
+        lines.append(f"tokens: input {usage.get('inputTokens')}, output {usage.get('outputTokens')}"
+                     f"{f', reasoning {reasoning}' if reasoning is not None else ''}\n")
+    lines.append(f"reply: at://{turn.did}/chat.gel.assistant.message/{turn.reply_rkey} status {value.get('status')}, "
+                 f"finish {value.get('finishReason')}\n")
+    if NOT_RUN_OFFLINE and rep is not None and rep.steps > 1:
+        lines.append("tools: calls the worker would run were answered \"not run\" offline\n")
+    lines += [f"diagnostic: {d.describe(show_content)}\n" for d in turn.diagnostics]
+    failed = None
+    err = value.get("error")
+    if value.get("status") == "error" and err:
+        lines.append(f"error: {err.get('kind')}: {err.get('message')}\n")
+        failed = f"the turn failed ({err.get('kind')}); the printed record is the error reply"
+    return value, "".join(lines), failed

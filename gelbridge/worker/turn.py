@@ -15,7 +15,8 @@ import time
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any, Protocol
 
 from gelbridge.config import Settings
 from gelbridge.errors import (
@@ -32,7 +33,7 @@ from gelbridge.errors import (
     is_refused_write,
     where_it_failed,
 )
-from gelbridge.lux import LuxResponse, Options, StreamAccumulator
+from gelbridge.lux import ConversionStatus, Diagnostic, LuxRequest, LuxResponse, Options, StreamAccumulator
 from gelbridge.mapping import (
     CallIds,
     OpenedMessage,
@@ -96,6 +97,45 @@ NOT_MADE_HERE = ("The tool call was not run: it was not made by this gelbridge "
                  "(the reply holding it was written or changed by someone else).")
 
 
+class CallAuthority(Protocol):
+    """What this gelbridge itself did with tool calls, on its own records (never the
+    client's word): calls are digests (``tools.approval.call_digest``), times epoch s."""
+
+    def made_here(self, reply_rkey: str) -> frozenset[str]:
+        """The calls this gelbridge wrote into ``reply_rkey``."""
+
+    def asked(self, reply_rkey: str) -> tuple[frozenset[str], float | None]:
+        """The calls ``reply_rkey`` asked approval for, and when it asked (None: it asked none)."""
+
+    def answered_at(self, reply_rkey: str) -> float | None:
+        """When the message that ``reply_rkey`` answers was first seen."""
+
+
+class ClaimAuthority:
+    """The worker's authority: its claims in the state store."""
+
+    def __init__(self, store: Any, did: str) -> None:
+        self.store, self.did = store, did
+
+    def made_here(self, reply_rkey: str) -> frozenset[str]:
+        claim = self.store.get_claim(self.did, reply_rkey)
+        return claim.calls if claim is not None else frozenset()
+
+    def asked(self, reply_rkey: str) -> tuple[frozenset[str], float | None]:
+        claim = self.store.get_claim(self.did, reply_rkey)
+        if claim is None or claim.waiting_at is None:
+            return frozenset(), None
+        return claim.calls, claim.waiting_at
+
+    def answered_at(self, reply_rkey: str) -> float | None:
+        claim = self.store.get_claim(self.did, reply_rkey)
+        return claim.created_at if claim is not None else None
+
+
+#: Runs tool calls for a turn: ``(calls, journal key id) → results by call id``.
+ToolRunner = Callable[["TurnDeps", "TurnJob", list[ToolCall], "str | None"], Awaitable[dict[str, ToolResultPart]]]
+
+
 @dataclass
 class TurnDeps:
     """What every turn of one account shares."""
@@ -113,6 +153,17 @@ class TurnDeps:
     blob_cache: OrderedDict[str, bytes] = field(default_factory=OrderedDict)
     metrics: Any = None  # gelbridge.observability.Metrics | None
     label: str = ""  # the account's name in metrics
+    #: which calls this gelbridge made and asked about, and when (default: its claims)
+    authority: CallAuthority | None = None
+    #: runs approved and automatic calls (default: the registry, at most once via the journal)
+    tool_runner: ToolRunner | None = None
+    stream: bool = True  # stream the model's answer (progress updates)
+    check_provider: bool = True  # a model whose provider is not configured ends the turn (convert: no call made)
+
+    def calls(self) -> CallAuthority:
+        if self.authority is None:
+            self.authority = ClaimAuthority(self.store, self.did)
+        return self.authority
 
 
 @dataclass
@@ -138,6 +189,25 @@ class TurnReport:
     steps: int
     progress_writes: int = 0
     points: int = 0  # PDS write points of the reply's writes, claim included
+    diagnostics: list[Diagnostic] = field(default_factory=list)  # of the turn and its last request
+    request: LuxRequest | None = None  # the last request sent to the model
+
+
+@dataclass
+class TurnState:
+    """What a turn knows so far; every ending (complete, error, cancelled) is written from it."""
+
+    parts: list[Part] = field(default_factory=list)  # the reply's parts after the last finished step
+    steps: int = 0
+    model: ModelRef | None = None  # once chosen
+    effort: str | None = None
+    usage: Usage | None = None  # of the finished steps
+    finish: str | None = None  # the model's finish reason of the last step
+    partial: Callable[[], list[Part]] | None = None  # the parts with the step in flight
+    streaming: StreamAccumulator | None = None  # the step in flight (its usage is billed too)
+    diagnostics: list[Diagnostic] = field(default_factory=list)  # what was lost or changed on the way
+    request: LuxRequest | None = None  # the last request sent to the model
+    request_diagnostics: list[Diagnostic] = field(default_factory=list)  # of building that request
 
 
 class _Stop(Exception):
@@ -238,6 +308,8 @@ async def _run_tools(
     """Run calls at most once (journal); long output goes into a sealed blob."""
     if not calls:
         return {}
+    if deps.tool_runner is not None:
+        return await deps.tool_runner(deps, job, calls, journal_key)
     ts = deps.settings.tools_settings
     if deps.registry is None or journal_key is None:
         return {
@@ -313,8 +385,7 @@ def _digest(c: ToolCallPart | ToolCall | WaitingCall) -> str:
 
 def _made_here(deps: TurnDeps, job: TurnJob) -> frozenset[str]:
     """Digests of the calls this worker wrote into the reply of ``job`` (its claim)."""
-    claim = deps.store.get_claim(deps.did, job.ask.reply_rkey)
-    return claim.calls if claim is not None else frozenset()
+    return deps.calls().made_here(job.ask.reply_rkey)
 
 
 async def _resume_calls(
@@ -359,19 +430,18 @@ def _waiting_asked_here(
     logged, and the answers naming it are ignored."""
     if not waiting:
         return [], None
-    claim = deps.store.get_claim(deps.did, parent_rkey)
-    asked = claim.calls if claim is not None and claim.waiting_at is not None else frozenset()
+    asked, asked_at = deps.calls().asked(parent_rkey)
     ours = [c for c in waiting if _digest(c) in asked]
     if len(ours) < len(waiting):
         log.warning("reply %s: %d waiting call(s) in %s were not asked by this gelbridge; ignoring them",
                     job.ask.reply_rkey, len(waiting) - len(ours), parent_rkey)
-    return ours, (claim.waiting_at if claim is not None else None)
+    return ours, asked_at
 
 
 # --- the turn -------------------------------------------------------------------------------------
 
 
-async def _answer(deps: TurnDeps, job: TurnJob, state: dict[str, Any], timer: _Timer) -> str:
+async def answer(deps: TurnDeps, job: TurnJob, state: TurnState, timer: _Timer) -> str:
     """Everything after the claim up to (not including) the final write. Returns the status."""
     ask = job.ask
     settings = deps.settings
@@ -418,12 +488,12 @@ async def _answer(deps: TurnDeps, job: TurnJob, state: dict[str, Any], timer: _T
         raise GelbridgeError("no model chosen: the message, conversation and settings name none and "
                              "the operator set no [defaults] model")
     provider, model_id = choice.model.provider, choice.model.id
-    if provider not in settings.providers:
+    if deps.check_provider and provider not in settings.providers:
         err = GelbridgeError(f"model provider {provider!r} is not configured on this gelbridge")
         err.kind = "invalid_request"
         raise err
-    state["model"] = ModelRef(provider=provider, id=model_id)
-    state["effort"] = choice.effort
+    state.model = ModelRef(provider=provider, id=model_id)
+    state.effort = choice.effort
 
     registry = deps.registry
     tools: list[Any] = []
@@ -431,6 +501,8 @@ async def _answer(deps: TurnDeps, job: TurnJob, state: dict[str, Any], timer: _T
         tools, unknown = registry.select(choice.tools)
         if unknown:
             log.info("reply %s: %d requested tool(s) not offered here", ask.reply_rkey, len(unknown))
+            state.diagnostics += [Diagnostic(f"tools.{name}", ConversionStatus.UNSUPPORTED, "tool not offered here")
+                                  for name in unknown]
 
     offered = {t.name for t in tools}
 
@@ -454,7 +526,7 @@ async def _answer(deps: TurnDeps, job: TurnJob, state: dict[str, Any], timer: _T
                  ask.reply_rkey, point.steps, len(point.to_run) + len(point.denied))
         parts, still_waiting = await _resume_calls(deps, job, point, journal_key)
         steps_done = point.steps
-        state["parts"] = parts
+        state.parts = parts
         if still_waiting:
             return STATUS_AWAITING_APPROVAL
 
@@ -466,10 +538,9 @@ async def _answer(deps: TurnDeps, job: TurnJob, state: dict[str, Any], timer: _T
         parent_parts = opened[-2].content.parts
         waiting, asked_at = _waiting_asked_here(deps, job, parent.rkey, waiting_calls(parent_parts))
         if waiting:
-            first_seen = deps.store.get_claim(deps.did, ask.reply_rkey)
             outcome = resolve_approvals(
                 waiting, answers,
-                answered_at=_ts(first_seen.created_at if first_seen is not None else None) or _now(),
+                answered_at=_ts(deps.calls().answered_at(ask.reply_rkey)) or _now(),
                 asked_at=_ts(asked_at), now=_now(), ttl=settings.tools_settings.approval_ttl,
             )
             ignored = [i.answer for i in outcome.ignored if i.why == "not_waiting"]
@@ -481,17 +552,19 @@ async def _answer(deps: TurnDeps, job: TurnJob, state: dict[str, Any], timer: _T
     if ignored:  # count only: the call ids come from sealed content
         log.warning("reply %s: ignored %d approval answer(s) for calls not waiting in the parent",
                     ask.reply_rkey, len(ignored))
+        state.diagnostics.append(Diagnostic(f"{ask.message_rkey}.approval", ConversionStatus.DEGRADED,
+                                            f"{len(ignored)} answer(s) for calls not waiting in the parent ignored"))
 
     call_ids = CallIds(ask.reply_rkey, history_ids | call_ids_in(parts))
     seen_urls: set[str] = {p.url for p in parts if type(p) is SourcePart}
     d = settings.defaults
-    options = Options(stream=True, max_output_tokens=d.max_output_tokens, temperature=d.temperature)
+    options = Options(stream=deps.stream, max_output_tokens=d.max_output_tokens, temperature=d.temperature)
     max_steps = max(1, settings.tools_settings.max_steps)
     tool_specs = [t.spec() for t in tools]
     usage_total: list[Usage] = []
 
     for step in range(min(steps_done, max_steps), max_steps + 1):
-        state["steps"] = step + 1
+        state.steps = step + 1
         conv = build_request(
             opened, provider=provider, model=model_id, choice=choice, instructions=d.instructions,
             conversation_instructions=conv_instructions,
@@ -518,18 +591,21 @@ async def _answer(deps: TurnDeps, job: TurnJob, state: dict[str, Any], timer: _T
                 raise _ReplyFull  # stop reading: the rest could not be written anyway
             job.writer.maybe_progress(partial_parts)
 
-        state["partial"] = partial_parts
-        state["streaming"] = acc
+        state.partial = partial_parts
+        state.streaming = acc
+        state.request, state.request_diagnostics = conv.value, list(conv.diagnostics)
         t0 = time.perf_counter()
         try:
-            result = await deps.model.complete(conv.value, provider=provider, stream=True, on_event=on_event)
+            result = await deps.model.complete(conv.value, provider=provider, stream=deps.stream,
+                                               on_event=on_event if deps.stream else None)
             response: LuxResponse = result.response
+            state.diagnostics += result.diagnostics
             full = False
         except _ReplyFull:
             response, full = acc.result(), True
         finally:
             timer.model_ms += (time.perf_counter() - t0) * 1000
-        state["streaming"] = None  # kept on failure: its usage is billed (run_turn)
+        state.streaming = None  # kept on failure: its usage is billed (run_turn)
         draft = response_to_parts(
             response, provider=provider, model=model_id, needs_approval=approval_needed,
             call_ids=call_ids, sources=sources, seen_urls=seen_urls,
@@ -537,16 +613,16 @@ async def _answer(deps: TurnDeps, job: TurnJob, state: dict[str, Any], timer: _T
         )
         if draft.usage is not None:
             usage_total.append(draft.usage)
-        state["usage"] = _sum_usage(usage_total) if usage_total else None
+        state.usage = _sum_usage(usage_total) if usage_total else None
         step_parts = _cut_calls(draft.parts) if full else draft.parts  # a cut step runs no call
         fitted, cut = fit_parts(parts + step_parts, budget)
-        state["partial"] = None
-        state["parts"] = parts = fitted
-        state["finish"] = draft.finish_reason
+        state.partial = None
+        state.parts = parts = fitted
+        state.finish = draft.finish_reason
         if full or cut:
             log.warning("reply %s: the answer outgrew one record (%d bytes of content allowed); cut there, "
                         "finishReason length", ask.reply_rkey, budget)
-            state["finish"] = "length"
+            state.finish = "length"
             return STATUS_COMPLETE
         runnable = [ToolCall(c.call_id, c.tool, c.input) for c in draft.runnable_calls]
         if runnable:
@@ -556,11 +632,11 @@ async def _answer(deps: TurnDeps, job: TurnJob, state: dict[str, Any], timer: _T
                 await job.writer.checkpoint(parts)
             results = await _run_tools(deps, job, runnable, journal_key)
             parts, cut = fit_parts(with_results(parts, results), budget)
-            state["parts"] = parts
+            state.parts = parts
             if cut:  # tool results outgrew the record: no further step could be written
                 log.warning("reply %s: tool results outgrew one record; cut there, finishReason length",
                             ask.reply_rkey)
-                state["finish"] = "length"
+                state.finish = "length"
                 return STATUS_COMPLETE
         if draft.awaiting_approval:
             return STATUS_AWAITING_APPROVAL
@@ -637,25 +713,25 @@ async def run_turn(deps: TurnDeps, job: TurnJob) -> TurnReport:
     job.started_at = start
     queue_ms = max(0.0, (start - job.received_at) * 1000)
     timer = _Timer()
-    state: dict[str, Any] = {"parts": [], "steps": 0}
+    state = TurnState()
     status = STATUS_ERROR
     error_kind: str | None = None
     writer = job.writer
     cancelled: asyncio.CancelledError | None = None
 
     def current_parts() -> list[Part]:
-        partial = state.get("partial")
+        partial = state.partial
         if partial is not None:
             try:
                 return partial()
             except Exception:  # noqa: BLE001 - best effort: keep what is certain
                 pass
-        return list(state.get("parts") or [])
+        return list(state.parts or [])
 
     def usage_so_far() -> Usage | None:
         """The usage of the finished steps plus what the step in flight reported."""
-        steps = [u for u in (state.get("usage"),) if u is not None]
-        acc = state.get("streaming")
+        steps = [u for u in (state.usage,) if u is not None]
+        acc = state.streaming
         if acc is not None:
             try:
                 live = map_usage(acc.result().usage)
@@ -671,8 +747,8 @@ async def run_turn(deps: TurnDeps, job: TurnJob) -> TurnReport:
     turn_clock = asyncio.timeout(deadline)
     try:
         async with turn_clock:
-            status = await _answer(deps, job, state, timer)
-        parts = list(state["parts"])
+            status = await answer(deps, job, state, timer)
+        parts = list(state.parts)
     except asyncio.CancelledError as e:
         cancelled = e
         parts = current_parts()
@@ -685,7 +761,7 @@ async def run_turn(deps: TurnDeps, job: TurnJob) -> TurnReport:
         stop_reads(reads_token)
         log.warning("reply %s was taken over by someone else; dropping this turn", job.ask.reply_rkey)
         deps.store.update_claim_status(deps.did, job.ask.reply_rkey, "cancelled", "claim_lost")
-        return TurnReport("lost", "claim_lost", _timing(deps, job, "lost", queue_ms, start, timer), state["steps"])
+        return TurnReport("lost", "claim_lost", _timing(deps, job, "lost", queue_ms, start, timer), state.steps)
     except Exception as e:  # noqa: BLE001 - every failure after the claim becomes an error reply
         parts = current_parts()
         if isinstance(e, TimeoutError) and turn_clock.expired():
@@ -703,7 +779,7 @@ async def run_turn(deps: TurnDeps, job: TurnJob) -> TurnReport:
     # every ending says what is known: the model (once chosen), the effort applied, the
     # usage billed so far, and a finish reason ("error" for an error)
     usage = usage_so_far()
-    finish = "error" if status == STATUS_ERROR else map_finish_reason(state.get("finish"))
+    finish = "error" if status == STATUS_ERROR else map_finish_reason(state.finish)
     try:
         if not writer.can_write_parts:
             parts = []
@@ -716,8 +792,8 @@ async def run_turn(deps: TurnDeps, job: TurnJob) -> TurnReport:
         final = writer.final(
             parts,
             status=status,
-            model=state.get("model"),
-            effort=state.get("effort"),
+            model=state.model,
+            effort=state.effort,
             usage=usage,
             finish_reason=finish,
             error=error,
@@ -738,8 +814,8 @@ async def run_turn(deps: TurnDeps, job: TurnJob) -> TurnReport:
         if is_refused_write(e):  # never retried: the model is not asked again either
             log.error("final write of %s was refused (%s); writing a minimal error reply instead",
                       job.ask.reply_rkey, type(e).__name__)
-            status, error_kind = await write_refused_reply(deps, writer, job.ask.reply_rkey, model=state.get("model"),
-                                                          effort=state.get("effort"), usage=usage)
+            status, error_kind = await write_refused_reply(deps, writer, job.ask.reply_rkey, model=state.model,
+                                                          effort=state.effort, usage=usage)
         else:  # leave the claim unfinished: recovery finishes it
             log.error("final write of %s failed (%s); it stays claimed and is finished on restart",
                       job.ask.reply_rkey, type(e).__name__)
@@ -753,7 +829,8 @@ async def run_turn(deps: TurnDeps, job: TurnJob) -> TurnReport:
     timing = _timing(deps, job, status, queue_ms, start, timer)
     if cancelled is not None:
         raise cancelled
-    return TurnReport(status, error_kind, timing, state["steps"], writer.progress_writes, writer.points)
+    return TurnReport(status, error_kind, timing, state.steps, writer.progress_writes, writer.points,
+                      state.diagnostics + state.request_diagnostics, state.request)
 
 
 WRITE_REFUSED = "write_refused"

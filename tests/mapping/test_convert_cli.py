@@ -87,7 +87,12 @@ def test_convert_resolves_approvals_and_reports_what_it_cannot_do(tmp_path: Path
     assert wire["model"] == "gpt-x" and [t["name"] for t in wire["tools"]] == ["current_time"]
     err = r.stderr.splitlines()
     assert any(line.startswith("tools.mcp_x_y: unsupported") for line in err)
-    assert any("a.r0.parts[0]: degraded" in line for line in err)  # approved, not run offline
+    # the worker's turn: the approved call is repeated with the result offline gives it
+    # (tools are not run offline), the denied one with the denial
+    results = {c["tool_result"]["tool_use_id"]: c["tool_result"] for i in wire["conversation"]
+               for c in i["message"]["content"] if c["type"] == "tool_result"}
+    assert set(results) == {"w1", "w2"}
+    assert "not run offline" in json.dumps(results["w1"]) and results["w2"]["is_error"] is True
 
 
 def test_convert_without_any_model_says_how_to_set_one(tmp_path: Path) -> None:
