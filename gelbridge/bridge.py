@@ -59,7 +59,7 @@ import os
 import threading
 import time
 from collections import Counter
-from collections.abc import Awaitable, Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Coroutine, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
@@ -445,7 +445,7 @@ class Bridge:
         finally:
             await stop_tasks(tasks, self.sources.values())
 
-    def source_coroutines(self) -> list[tuple[str, Awaitable[None]]]:
+    def source_coroutines(self) -> list[tuple[str, Coroutine[Any, Any, None]]]:
         """``(name, coroutine)`` of every event source :meth:`serve` runs: the sources
         ``gelbridge run`` follows, built for every account. A firehose subscription
         handles its records one at a time, in seq order, and saves the seq after each."""

@@ -78,7 +78,7 @@ def _check_providers(settings: Settings, environ: Mapping[str, str], rep: CheckR
     names = set(registry.names())
     for entry in registry.entries():
         if entry.status == "failed" and not entry.builtin:
-            rep.problems.append(f"[adapters] {entry.path}: does not load: {entry.error}")
+            rep.problems.append(f"[adapters] {entry.source}: does not load: {entry.error}")
     for name, p in settings.providers.items():
         if p.adapter not in names:
             rep.problems.append(f"[providers.{name}] adapter = {p.adapter!r}: no such adapter (loaded: "

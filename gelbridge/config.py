@@ -17,8 +17,8 @@ from __future__ import annotations
 import os
 import tomllib
 from pathlib import Path
-from urllib.parse import urlsplit
 from typing import Any, Literal
+from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
@@ -308,7 +308,7 @@ def _model_at(loc: tuple[Any, ...]) -> type[BaseModel] | None:
         if field is None:
             return None
         ann = field.annotation
-        args = getattr(ann, "__args__", ())
+        args: tuple[Any, ...] = getattr(ann, "__args__", ())
         origin = getattr(ann, "__origin__", None)
         if origin in (dict, list) and parts:
             parts.pop(0)  # the key or index

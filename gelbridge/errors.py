@@ -70,9 +70,12 @@ class KeyringError(GelbridgeError):
 
 
 class ThreadError(GelbridgeError):
-    """The parent chain of a message cannot be walked."""
+    """The parent chain of a message cannot be walked: ``rkey`` is the record where the
+    walk stopped, ``referenced_by`` the record whose ``parent`` named it (record keys only)."""
 
     kind = "bad_record"
+    rkey: str | None = None
+    referenced_by: str | None = None
 
 
 class MissingRecordError(ThreadError):

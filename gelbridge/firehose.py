@@ -13,9 +13,9 @@ connection surfaces as :class:`~gelbridge.errors.PdsUnavailable`.
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
-from typing import Any, AsyncIterator, Final, Literal, overload
+from typing import Any, Final, Literal, overload
 from urllib.parse import urlencode, urlsplit, urlunsplit
 
 import websockets

@@ -192,7 +192,7 @@ class Watched:
             if budget is not None and budget.remaining is not None:
                 m.points_remaining.labels(label).set(budget.remaining)
         relays: dict[str, Any] = {}
-        for label, w in self._accounts():
+        for _label, w in self._accounts():
             relay = getattr(getattr(w, "pds", None), "relay", None)
             if relay is not None:
                 relays[relay.host] = relay

@@ -21,8 +21,9 @@ import email.utils
 import json
 import logging
 import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, AsyncIterator, Awaitable, Callable, Final, Mapping
+from typing import Any, Final
 from urllib.parse import urlsplit
 
 import httpx

@@ -43,10 +43,9 @@ from gelbridge.errors import (
     UnknownKeyError,
     UnknownSchemeError,
 )
+from gelbridge.records import nesting
 from gelbridge.records.codec import b64decode, bytes_json
 from gelbridge.records.keys import AtUri
-from gelbridge.records import nesting
-from gelbridge.records.nesting import MAX_DEPTH, check_value, may_exceed
 from gelbridge.records.models import (
     ConversationRecord,
     EncryptedContent,
@@ -62,6 +61,7 @@ from gelbridge.records.models import (
     parse_record,
     record_error,
 )
+from gelbridge.records.nesting import MAX_DEPTH, check_value, may_exceed
 
 SCHEME: Final = "xchacha20poly1305-v1"
 KEY_BYTES: Final = 32
@@ -252,7 +252,8 @@ def _seal_key(key_id: str, keyring: Mapping[str, bytes]) -> bytes:
 
 
 try:  # libsodium directly: PyNaCl's binding adds ~half the cost of a small encrypt/decrypt
-    from nacl._sodium import ffi as _ffi, lib as _lib
+    from nacl._sodium import ffi as _ffi
+    from nacl._sodium import lib as _lib
 
     _raw_decrypt = _lib.crypto_aead_xchacha20poly1305_ietf_decrypt
     _raw_encrypt = _lib.crypto_aead_xchacha20poly1305_ietf_encrypt
@@ -331,7 +332,7 @@ def _is_flat(content: PlainContent) -> bool:
         return False
     for p in content.parts:
         t = type(p)
-        if t not in _FLAT_PARTS and (t is not ToolResultPart or p.output_blob is not None):
+        if t not in _FLAT_PARTS and (not isinstance(p, ToolResultPart) or p.output_blob is not None):
             return False
         if p.__pydantic_extra__:
             return False
@@ -516,7 +517,7 @@ def open_content(
         out = bytearray(mlen)
         ad = f"{SCHEME}\n{uri_s}\n{key_id}".encode()
         ok = _raw_decrypt(_from_buffer(out), _NULL, _NULL, ct, len(ct), ad, len(ad), nonce, key) == 0
-        plaintext = out if ok else None
+        plaintext: bytes | bytearray | None = out if ok else None
     else:
         key = _check_sealed(enc, keyring)  # raises what is wrong with the seal or the key
         plaintext = _decrypt_into(ct, _ad(uri_s, key_id), nonce, key)

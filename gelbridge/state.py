@@ -491,8 +491,10 @@ class StateStore:
 
     @staticmethod
     def _claim(row: tuple[Any, ...]) -> Claim:
-        *head, calls, waiting_at = row
-        return Claim(*head, frozenset(json.loads(calls)) if calls else frozenset(), waiting_at)
+        reply_rkey, account, message_rkey, attempt, conversation, status, error_kind, created, updated, calls, \
+            waiting_at = row
+        return Claim(reply_rkey, account, message_rkey, attempt, conversation, status, error_kind, created, updated,
+                     frozenset(json.loads(calls)) if calls else frozenset(), waiting_at)
 
     def record_claim(
         self,

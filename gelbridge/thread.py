@@ -30,6 +30,7 @@ from gelbridge.errors import (
     MissingRecordError,
     RecordError,
     ThreadCycleError,
+    ThreadError,
     ThreadTooDeepError,
 )
 from gelbridge.records.constants import ROLE_ASSISTANT, ROLE_USER
@@ -91,8 +92,8 @@ def walk_thread(message_rkey: str, lookup: Lookup, *, max_depth: int = DEFAULT_M
     get = _getter(lookup)
     first = get(message_rkey)
     if first is None:
-        err = MissingRecordError(f"message {message_rkey} does not exist: nothing to reply to")
-        err.rkey, err.referenced_by = message_rkey, None  # type: ignore[attr-defined]
+        err: ThreadError = MissingRecordError(f"message {message_rkey} does not exist: nothing to reply to")
+        err.rkey, err.referenced_by = message_rkey, None
         raise err
     if first.role != ROLE_USER:
         raise RecordError(
@@ -134,7 +135,7 @@ def walk_thread(message_rkey: str, lookup: Lookup, *, max_depth: int = DEFAULT_M
             err = ThreadCycleError(
                 f"the parent links of message {message_rkey} loop: {rkey} points back to {parent}"
             )
-            err.rkey = parent  # type: ignore[attr-defined]
+            err.rkey = parent
             raise err
         if len(chain) >= max_depth:
             raise ThreadTooDeepError(
@@ -147,7 +148,7 @@ def walk_thread(message_rkey: str, lookup: Lookup, *, max_depth: int = DEFAULT_M
                 f"record {parent}, the parent of {rkey}, does not exist (deleted, or not yet "
                 f"synced): the thread of {message_rkey} cannot be read"
             )
-            err.rkey, err.referenced_by = parent, rkey  # type: ignore[attr-defined]
+            err.rkey, err.referenced_by = parent, rkey
             raise err
         if nxt.conversation != conversation:
             raise ForeignConversationError(

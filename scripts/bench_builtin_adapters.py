@@ -20,8 +20,7 @@ import time
 
 from gelbridge.adapters import SandboxLimits
 from gelbridge.adapters.registry import AdapterRegistry, builtin_adapters_dir
-from gelbridge.lux import (LuxRequest, Message, Options, ProviderData, Text, Thinking, Tool, ToolResult,
-                           ToolUse)
+from gelbridge.lux import LuxRequest, Message, Options, ProviderData, Text, Thinking, Tool, ToolResult, ToolUse
 
 N = 2000
 

@@ -37,7 +37,6 @@ from gelbridge.adapters.client import provider_body
 from gelbridge.adapters.contract import loads_json, lux_response_from_adapter
 from gelbridge.adapters.host import Adapter
 from gelbridge.adapters.registry import AdapterRegistry, builtin_adapters_dir
-
 from gelbridge.config import DefaultsConfig, ModelChoice
 from gelbridge.lux import Choice, LuxResponse, Message, Text, Thinking, ToolUse, Usage
 from gelbridge.mapping import (
@@ -57,6 +56,8 @@ from gelbridge.records import (
     TextPart,
     ToolCallPart,
     ToolResultPart,
+)
+from gelbridge.records import (
     Usage as RUsage,
 )
 from gelbridge.sealing import Keyring, content_of, seal_content

@@ -9,8 +9,21 @@ import json
 import timeit
 
 from gelbridge.lux import (
-    BlockDelta, BlockStart, LuxRequest, Message, Options, ProviderData, ReasoningConfig,
-    StreamAccumulator, Text, TextDelta, Thinking, Tool, ToolResult, ToolUse, event_from_json,
+    BlockDelta,
+    BlockStart,
+    LuxRequest,
+    Message,
+    Options,
+    ProviderData,
+    ReasoningConfig,
+    StreamAccumulator,
+    Text,
+    TextDelta,
+    Thinking,
+    Tool,
+    ToolResult,
+    ToolUse,
+    event_from_json,
 )
 
 

@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
-# The whole test suite, from a fresh clone: installs what it needs, then runs pytest.
+# The whole test suite, from a fresh clone: installs what it needs, runs the lint gate
+# (ruff + mypy, scripts/lint.sh), then pytest.
 # The PDS integration tests run against the real reference PDS started by the tests.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
+bash scripts/lint.sh
 set +e
 .venv/bin/python -m pytest "$@"
 rc=$?

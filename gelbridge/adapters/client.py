@@ -35,6 +35,7 @@ from urllib.parse import urlsplit
 
 import orjson
 
+from gelbridge import tracing
 from gelbridge.adapters.contract import (
     LUX_FORMAT,
     CompletionChunkDecoder,
@@ -46,7 +47,6 @@ from gelbridge.adapters.contract import (
     lux_to_completion_request,
 )
 from gelbridge.adapters.host import Adapter
-from gelbridge import tracing
 from gelbridge.adapters.ids import ToolCallIdMap, ToolCallIdRule
 from gelbridge.errors import AdapterError, ConfigError, GelbridgeError, ProviderError
 from gelbridge.lux import (

@@ -13,13 +13,12 @@ from __future__ import annotations
 import json
 import threading
 import time
-from contextlib import contextmanager
 from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
-
-from dataclasses import dataclass
 
 from gelbridge.adapters.hostapi import AdapterServices
 from gelbridge.adapters.ids import ToolCallIdRule

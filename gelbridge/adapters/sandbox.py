@@ -16,11 +16,12 @@ from __future__ import annotations
 
 import importlib
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 from types import ModuleType
-from typing import Any, Callable, Literal, Protocol
+from typing import Any, Literal, Protocol
 
 from gelbridge.errors import AdapterError, AdapterLoadError, SandboxViolation
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 from rich.console import Console
@@ -17,7 +17,7 @@ app.add_typer(adapters_app, name="adapters")
 
 @adapters_app.command("list")
 def list_adapters(
-    config: Annotated[Optional[Path], typer.Option("--config", help="gelbridge TOML config file")] = None,
+    config: Annotated[Path | None, typer.Option("--config", help="gelbridge TOML config file")] = None,
 ) -> None:
     """List built-in and custom adapters with version, source file and load status."""
     from gelbridge.adapters.registry import registry_from_settings

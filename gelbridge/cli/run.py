@@ -11,7 +11,7 @@ import time
 from datetime import datetime
 from enum import Enum
 from pathlib import Path
-from typing import Optional
+from typing import Any
 
 import typer
 
@@ -110,9 +110,9 @@ def _checked(settings: object, *, login: bool) -> list[str]:
 
 @app.command("check")
 def check_command(
-    config: Optional[Path] = ConfigOption,
-    log_level: Optional[LogLevel] = LogLevelOption,
-    log_format: Optional[LogFormat] = LogFormatOption,
+    config: Path | None = ConfigOption,
+    log_level: LogLevel | None = LogLevelOption,
+    log_format: LogFormat | None = LogFormatOption,
 ) -> None:
     """Check the configuration against the world, then exit: every provider's adapter
     and API key, default models and tools, keyrings, MCP servers (started and listed),
@@ -132,9 +132,9 @@ def check_command(
 
 @app.command("run")
 def run_command(
-    config: Optional[Path] = ConfigOption,
-    log_level: Optional[LogLevel] = LogLevelOption,
-    log_format: Optional[LogFormat] = LogFormatOption,
+    config: Path | None = ConfigOption,
+    log_level: LogLevel | None = LogLevelOption,
+    log_format: LogFormat | None = LogFormatOption,
 ) -> None:
     """Watch your PDS and answer every message that asks for a reply (until Ctrl-C / SIGTERM).
 
@@ -170,7 +170,7 @@ def _fmt_time(ts: float | None) -> str:
 
 @app.command("status")
 def status_command(
-    config: Optional[Path] = ConfigOption,
+    config: Path | None = ConfigOption,
     as_json: bool = typer.Option(False, "--json", help="Print JSON instead of text."),
 ) -> None:
     """Show the worker's cursor, replies in flight, recent errors and turn timings."""
@@ -197,7 +197,7 @@ def status_command(
         print(f"  {_fmt_time(e['at'])}  {e['kind']:<16} {e['record'] or '-':<24} {e['where'] or ''}")
 
 
-def _print_account(acct: dict) -> None:  # type: ignore[type-arg]
+def _print_account(acct: dict[str, Any]) -> None:
     name = f"{acct['name']}: " if acct["name"] and acct["name"] != acct["handle"] else ""
     print(f"account   {name}{acct['handle'] or '?'} ({acct['did'] or 'not logged in yet'}) on {acct['pds'] or '?'}")
     print(f"  cursor    {acct['cursor'] if acct['cursor'] is not None else '-'}")
@@ -224,7 +224,7 @@ def _print_account(acct: dict) -> None:  # type: ignore[type-arg]
 def demo_command(
     text: str = typer.Option("Hello from an encrypted chat!", "--text", help="The user message to send."),
     timeout: float = typer.Option(120.0, "--timeout", help="Seconds to wait for the reply."),
-    keep_dir: Optional[Path] = typer.Option(None, "--keep", help="Keep the demo's state and config in this directory."),
+    keep_dir: Path | None = typer.Option(None, "--keep", help="Keep the demo's state and config in this directory."),
     log_level: str = typer.Option("warning", "--log-level", help="Worker log level."),
     chat: bool = typer.Option(False, "--chat", help="Then go on chatting in the same conversation "
                               "('gelbridge chat' against the demo's worker) until /quit or Ctrl-D."),

@@ -16,16 +16,16 @@ import os
 import sys
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Annotated, Any, Optional
+from typing import Annotated, Any
 
 import typer
 
 from gelbridge.cli import app
 from gelbridge.errors import GelbridgeError
 
-ConfigOpt = Annotated[Optional[Path], typer.Option("--config", "-c", help="TOML configuration file "
+ConfigOpt = Annotated[Path | None, typer.Option("--config", "-c", help="TOML configuration file "
                                                    "(or $GELBRIDGE_CONFIG): the account, its keyring.")]
-ConversationOpt = Annotated[Optional[str], typer.Option("--conversation", help="Continue this conversation "
+ConversationOpt = Annotated[str | None, typer.Option("--conversation", help="Continue this conversation "
                                                         "(its rkey); default: a new one.")]
 TimeoutOpt = Annotated[float, typer.Option("--timeout", help="Seconds to wait for each reply.")]
 
@@ -220,7 +220,7 @@ async def _ask_approvals(reply: Any, read_line: Callable[[str], Awaitable[str | 
         while True:
             line = await read_line("approve? [y]es / [n]o (n <reason>): ")
             if line is None:
-                say()
+                say("")
                 return None
             word, _, reason = line.strip().partition(" ")
             if word.lower() in ("y", "yes"):

@@ -8,8 +8,9 @@ Everything here is pure: no I/O, no clocks, no globals.
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Sequence, Union
+from typing import Any
 
 #: Neutral finish reasons understood by every renderer. Any other string is passed
 #: through unchanged to the provider field (to test adapters against odd values).
@@ -102,10 +103,10 @@ class Delay:
     """Wait `seconds` (interrupted by server stop), then serve `then` (default: echo)."""
 
     seconds: float
-    then: Union["Turn", Fail, MalformedBody, CutStream, MidStreamError, None] = None
+    then: Turn | Fail | MalformedBody | CutStream | MidStreamError | None = None
 
 
-Item = Union[Turn, Fail, MalformedBody, CutStream, MidStreamError, Delay]
+Item = Turn | Fail | MalformedBody | CutStream | MidStreamError | Delay
 #: A script is simply the FIFO sequence of items the server answers with.
 Script = Sequence[Item]
 

@@ -12,7 +12,8 @@ official `google-genai` SDK's SSE reader (`_iter_response_stream`).
 from __future__ import annotations
 
 import json
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from gelbridge.dev._wire_common import (
     FINISH_CONTENT_FILTER,

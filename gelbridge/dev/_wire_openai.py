@@ -9,7 +9,8 @@ parsing in the official `openai` Python SDK (ChatCompletionChunk, ChoiceDeltaToo
 from __future__ import annotations
 
 import json
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from gelbridge.dev._wire_common import (
     FINISH_CONTENT_FILTER,

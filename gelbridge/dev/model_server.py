@@ -28,10 +28,11 @@ import socket
 import threading
 import time
 from collections import deque
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from types import ModuleType
-from typing import Any, Callable, Iterable, Mapping
+from typing import Any
 from urllib.parse import parse_qsl, urlsplit
 
 from gelbridge.dev import _wire_anthropic, _wire_gemini, _wire_ollama, _wire_openai
@@ -94,7 +95,7 @@ class _HTTPServer(ThreadingHTTPServer):
     daemon_threads = True
     allow_reuse_address = True
     request_queue_size = 128
-    owner: "ModelServer"
+    owner: ModelServer
 
 
 class ModelServer:
@@ -159,7 +160,7 @@ class ModelServer:
         """Base URL without trailing slash, e.g. http://127.0.0.1:54321."""
         return f"http://{self.host}:{self.port}"
 
-    def start(self) -> "ModelServer":
+    def start(self) -> ModelServer:
         if self._httpd is not None:
             return self
         self._stopping.clear()
@@ -195,13 +196,13 @@ class ModelServer:
         self._httpd = None
         self._thread = None
 
-    def __enter__(self) -> "ModelServer":
+    def __enter__(self) -> ModelServer:
         return self.start()
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
 
-    async def __aenter__(self) -> "ModelServer":
+    async def __aenter__(self) -> ModelServer:
         return self.start()
 
     async def __aexit__(self, *exc: object) -> None:
@@ -209,7 +210,7 @@ class ModelServer:
 
     # ------------------------------------------------------------ scripting
 
-    def enqueue(self, *items: Item) -> "ModelServer":
+    def enqueue(self, *items: Item) -> ModelServer:
         """Append answers to the FIFO script (shared by all routes)."""
         for item in items:
             if not isinstance(item, (Turn, Fail, MalformedBody, CutStream, MidStreamError, Delay)):
@@ -292,7 +293,7 @@ class _Handler(BaseHTTPRequestHandler):
     def handle_one_request(self) -> None:
         try:
             super().handle_one_request()
-        except (BrokenPipeError, ConnectionResetError, socket.timeout):
+        except (TimeoutError, BrokenPipeError, ConnectionResetError):
             self.close_connection = True
 
     # ------------------------------------------------------------ request parsing

@@ -34,6 +34,7 @@ import httpx
 
 from gelbridge.errors import GelbridgeError
 
+
 def _default_scripts_dir() -> Path:
     """``scripts/pds`` of a checkout, or the copy shipped inside the wheel."""
     repo = Path(__file__).resolve().parents[2] / "scripts" / "pds"

@@ -10,9 +10,10 @@ the offline CLI calls for ``--show-content`` (its user holds the key).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any, Callable, Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 T = TypeVar("T")
 
@@ -53,7 +54,7 @@ class Diagnostic:
         return out
 
     @classmethod
-    def from_json(cls, obj: dict[str, Any]) -> "Diagnostic":
+    def from_json(cls, obj: dict[str, Any]) -> Diagnostic:
         return cls(str(obj["field"]), ConversionStatus(obj["status"]), obj.get("detail"))
 
 

@@ -15,9 +15,10 @@ diagnostics of that reading. Missing required fields raise ``LuxDecodeError``.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any, Callable, Union
+from typing import Any
 
 from gelbridge.lux.diagnostics import ConversionStatus, Converted, Diagnostic
 from gelbridge.lux.errors import LuxDecodeError
@@ -201,7 +202,7 @@ class ToolUse:
 @dataclass(slots=True)
 class ToolResult:
     tool_use_id: str
-    content: list["Content"]
+    content: list[Content]
     is_error: bool = False
 
     def payload_json(self) -> dict[str, Any]:
@@ -223,7 +224,7 @@ class Thinking:
     text: str = ""
     redacted: bool = False
     signature: str | None = None
-    summary: list["Content"] | None = None
+    summary: list[Content] | None = None
     provider_data: ProviderData | None = None
 
     def payload_json(self) -> dict[str, Any]:
@@ -305,7 +306,7 @@ class Native:
         return native_json(self.tag, self.payload)
 
 
-Content = Union[Text, ToolUse, ToolResult, Thinking, Refusal, Media, Native]
+Content = Text | ToolUse | ToolResult | Thinking | Refusal | Media | Native
 
 # --- conversation ---------------------------------------------------------------------
 
@@ -347,7 +348,7 @@ class AgentAction:
         return {"type": "agent_action", "agent_action": p}
 
 
-ConversationItem = Union[Message, AgentAction]
+ConversationItem = Message | AgentAction
 
 # --- tools and options ----------------------------------------------------------------
 
@@ -380,19 +381,19 @@ class ToolChoice:
     name: str | None = None
 
     @classmethod
-    def auto(cls) -> "ToolChoice":
+    def auto(cls) -> ToolChoice:
         return cls("auto")
 
     @classmethod
-    def none(cls) -> "ToolChoice":
+    def none(cls) -> ToolChoice:
         return cls("none")
 
     @classmethod
-    def required(cls) -> "ToolChoice":
+    def required(cls) -> ToolChoice:
         return cls("required")
 
     @classmethod
-    def specific(cls, name: str) -> "ToolChoice":
+    def specific(cls, name: str) -> ToolChoice:
         return cls("specific_tool", name)
 
     def to_json(self) -> Any:
@@ -460,7 +461,7 @@ class ReasoningConfig:
     summary: str | None = None  # auto | concise | detailed
 
     @classmethod
-    def from_effort(cls, effort: str | None) -> "ReasoningConfig | None":
+    def from_effort(cls, effort: str | None) -> ReasoningConfig | None:
         """From a gelbridge record effort (none|low|medium|high|max): none → disabled,
         max → xhigh, None → None (provider default)."""
         if effort is None:
@@ -549,7 +550,7 @@ class LuxRequest:
         return out
 
     @classmethod
-    def from_json(cls, obj: Any) -> "LuxRequest":
+    def from_json(cls, obj: Any) -> LuxRequest:
         return decode_request(obj).value
 
 
@@ -685,7 +686,7 @@ class Usage:
         return out
 
     @classmethod
-    def from_json(cls, obj: Any) -> "Usage":
+    def from_json(cls, obj: Any) -> Usage:
         return _Decoder().usage(obj, "usage")
 
 
@@ -704,7 +705,7 @@ class LuxError:
         return out
 
     @classmethod
-    def from_json(cls, obj: Any) -> "LuxError":
+    def from_json(cls, obj: Any) -> LuxError:
         return _Decoder().error(obj, "error")
 
 
@@ -761,7 +762,7 @@ class LuxResponse:
         return out
 
     @classmethod
-    def from_json(cls, obj: Any) -> "LuxResponse":
+    def from_json(cls, obj: Any) -> LuxResponse:
         return decode_response(obj).value
 
     @property
@@ -1383,7 +1384,7 @@ def _canonical_tool_results(items: list[ConversationItem]) -> list[ConversationI
             continue
         if item.role == Role.ASSISTANT:
             call_order = {c.id: n for n, c in enumerate(
-                (c for c in item.content if type(c) is ToolUse))}
+                c for c in item.content if type(c) is ToolUse)}
             out.append(item)
             run_start = -1
             continue

@@ -13,13 +13,13 @@ and ``provider_data`` (see docs/lux-ir.md).
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable, Union
+from typing import Any
 
 from gelbridge.lux.diagnostics import ConversionStatus, Diagnostic
 from gelbridge.lux.errors import LuxDecodeError
 from gelbridge.lux.models import (
-    native_json,
     _FINISH,
     Annotation,
     Choice,
@@ -36,6 +36,7 @@ from gelbridge.lux.models import (
     ToolUse,
     Usage,
     _Decoder,
+    native_json,
 )
 
 # --- deltas ---------------------------------------------------------------------------
@@ -112,8 +113,8 @@ class ProviderDataDelta:
         return out
 
 
-Delta = Union[TextDelta, ThinkingDelta, SignatureDelta, ToolArgumentsDelta, RefusalDelta,
-              NativeDelta, ProviderDataDelta]
+Delta = (TextDelta | ThinkingDelta | SignatureDelta | ToolArgumentsDelta | RefusalDelta
+         | NativeDelta | ProviderDataDelta)
 
 # --- events ---------------------------------------------------------------------------
 
@@ -170,7 +171,7 @@ class BlockStart:
     or ``ToolCallStart``."""
 
     index: int
-    block_type: Union[str, ToolCallStart]
+    block_type: str | ToolCallStart
     item_index: int | None = None
 
     def to_json(self) -> dict[str, Any]:
@@ -257,8 +258,8 @@ class DoneEvent:
         return {"event": "done"}
 
 
-StreamEvent = Union[ConversationStart, ItemStart, BlockStart, BlockDelta, BlockEnd, ItemEnd,
-                    BlockDiscard, AnnotationsEvent, FinishEvent, UsageEvent, ErrorEvent, DoneEvent]
+StreamEvent = (ConversationStart | ItemStart | BlockStart | BlockDelta | BlockEnd | ItemEnd
+               | BlockDiscard | AnnotationsEvent | FinishEvent | UsageEvent | ErrorEvent | DoneEvent)
 
 # --- event JSON reading ---------------------------------------------------------------
 
@@ -483,7 +484,7 @@ class StreamAccumulator:
             return
         self._dispatch[type(ev)](ev)
 
-    def feed_all(self, events: Any) -> "StreamAccumulator":
+    def feed_all(self, events: Any) -> StreamAccumulator:
         for ev in events:
             self.feed(ev)
         return self

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from gelbridge.lux import (
     ConversionStatus,
     Diagnostic,
+    FinishReason,
     LuxResponse,
     Media,
     ProviderData,
@@ -33,7 +34,6 @@ from gelbridge.lux import (
     ToolUse,
     finish_reason_from_str,
 )
-from gelbridge.lux import FinishReason
 from gelbridge.mapping.provider_data import MAX_PROVIDER_DATA_BYTES, encode_provider_data
 from gelbridge.records.models import (
     Part,

@@ -19,9 +19,9 @@ Python attribute names are snake_case; the wire names are camelCase.
 from __future__ import annotations
 
 import re
-from datetime import UTC, datetime
 from collections.abc import Callable
-from typing import Annotated, Any, ClassVar, Literal, Self, Union
+from datetime import UTC, datetime
+from typing import Annotated, Any, ClassVar, Literal, Self
 
 import orjson
 import regex
@@ -40,7 +40,6 @@ from pydantic_core import PydanticCustomError, core_schema
 
 from gelbridge.errors import RecordError
 from gelbridge.records.codec import bytes_json, bytes_validator, cbor_size, decode_link, to_json_form
-from gelbridge.records.nesting import check_value, may_exceed
 from gelbridge.records.constants import (
     CONVERSATION_COLLECTION,
     ENCRYPTED_CONTENT_TYPE,
@@ -50,6 +49,7 @@ from gelbridge.records.constants import (
     SETTINGS_COLLECTION,
     defs_type,
 )
+from gelbridge.records.nesting import check_value, may_exceed
 
 # --- constrained scalar types ----------------------------------------------------------
 
@@ -568,10 +568,7 @@ for _cls in KNOWN_PARTS.values():
 _expose_tag(UnknownPart, "")  # no tag: an UnknownPart instance takes the UnknownPart branch
 
 Part = Annotated[
-    Union[
-        TextPart, ReasoningPart, ImagePart, FilePart, ToolCallPart, ToolResultPart, ToolApprovalPart, SourcePart,
-        UnknownPart,
-    ],
+    TextPart | ReasoningPart | ImagePart | FilePart | ToolCallPart | ToolResultPart | ToolApprovalPart | SourcePart | UnknownPart,
     _PartSchema(),
 ]
 """One message part: a known part model, or UnknownPart for any other ``$type``."""
@@ -627,7 +624,7 @@ class _ContentSchema:
 _expose_tag(EncryptedContent, ENCRYPTED_CONTENT_TYPE)
 _expose_tag(PlainContent, PLAIN_CONTENT_TYPE)
 
-Content = Annotated[Union[EncryptedContent, PlainContent], _ContentSchema()]
+Content = Annotated[EncryptedContent | PlainContent, _ContentSchema()]
 """Sealed or plain content (a union; ``$type`` required)."""
 
 

@@ -11,8 +11,8 @@ from gelbridge.tools.approval import (
     IgnoredAnswer,
     Resolution,
     WaitingCall,
-    denial_output,
     call_digest,
+    denial_output,
     input_digest,
     resolve_approvals,
 )

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
@@ -25,7 +25,7 @@ PARAMETERS: dict[str, Any] = {
 
 def describe_time(now_utc: datetime, zone: str | None) -> ToolOutput:
     """Pure: the answer for a given instant."""
-    result: dict[str, Any] = {"utc": now_utc.astimezone(timezone.utc).isoformat(timespec="seconds")}
+    result: dict[str, Any] = {"utc": now_utc.astimezone(UTC).isoformat(timespec="seconds")}
     if zone:
         try:
             tz = ZoneInfo(zone)
@@ -39,12 +39,12 @@ def describe_time(now_utc: datetime, zone: str | None) -> ToolOutput:
             utc_offset=local.strftime("%z"),
         )
     else:
-        result["weekday"] = now_utc.astimezone(timezone.utc).strftime("%A")
+        result["weekday"] = now_utc.astimezone(UTC).strftime("%A")
     return ToolOutput(json.dumps(result))
 
 
 def make_current_time(
-    config: CurrentTimeConfig, *, clock: Callable[[], datetime] = lambda: datetime.now(timezone.utc)
+    config: CurrentTimeConfig, *, clock: Callable[[], datetime] = lambda: datetime.now(UTC)
 ) -> Tool:
     async def run(args: dict[str, Any]) -> ToolOutput:
         return describe_time(clock(), args.get("timezone"))

@@ -93,7 +93,8 @@ def parse_arguments(input_json: str, schema: dict[str, Any]) -> tuple[dict[str, 
             return None, f"The arguments are not valid JSON ({e.msg} at position {e.pos}). Send a JSON object."
     if not isinstance(args, dict):
         return None, f"The arguments must be a JSON object, not {type(args).__name__}."
-    props = schema.get("properties") if isinstance(schema.get("properties"), dict) else {}
+    found = schema.get("properties")
+    props: dict[str, Any] = found if isinstance(found, dict) else {}
     missing = [k for k in schema.get("required", []) if k not in args]
     if missing:
         return None, f"Missing required argument(s): {', '.join(missing)}."
@@ -162,7 +163,7 @@ async def _run_one(
     assert args is not None
     try:
         out = await asyncio.wait_for(tool.executor(args), timeout=timeout)
-    except asyncio.TimeoutError:
+    except TimeoutError:
         log.warning("tool call (%s): timed out after %.0f s", call.tool, timeout)
         return done(ToolOutput(f"The tool {call.tool!r} did not answer within {timeout:g} seconds.", True))
     except Exception as e:  # any executor failure becomes a result for the model

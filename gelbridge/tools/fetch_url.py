@@ -237,7 +237,7 @@ async def fetch(
         return await asyncio.wait_for(_fetch(url, config, resolver, transport), timeout=config.timeout)
     except FetchRefused as e:
         return ToolOutput(str(e), True)
-    except asyncio.TimeoutError:
+    except TimeoutError:
         return ToolOutput(f"The page did not load within {config.timeout:g} seconds.", True)
     except httpx.HTTPError as e:
         return ToolOutput(f"The page could not be fetched: {type(e).__name__}.", True)

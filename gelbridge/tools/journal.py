@@ -90,8 +90,8 @@ async def execute_journaled(
             log.warning("reply %s: tool call %d (%s): interrupted earlier, not run again", reply_rkey, i, call.tool)
             outcome = ToolOutcome(call.call_id, INTERRUPTED_OUTPUT, True)
             sealed, key_id = seal(encode_outcome(outcome))
-            stored = store.finish_tool_call(ref, sealed, key_id, True)
-            results[i] = decode_outcome(call.call_id, open_(stored.sealed_result, stored.key_id))
+            stored = store.finish_tool_call(ref, sealed, key_id, True)  # the first result stored wins
+            results[i] = decode_outcome(call.call_id, open_(stored.sealed_result or sealed, stored.key_id or key_id))
     ran = await execute_calls(
         [c for _, c in to_run] + [c for _, c in unjournaled],
         registry,

@@ -194,7 +194,7 @@ class McpConnection:
             self.starts += 1
             try:
                 await asyncio.wait_for(asyncio.shield(ready), timeout=self.config.startup_timeout)
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 await self._shutdown(cancel_now=True)
                 if ready.done() and not ready.cancelled():
                     ready.exception()  # retrieved: it is reported below
@@ -246,7 +246,7 @@ class McpConnection:
             result = await asyncio.wait_for(
                 session.call_tool(tool, arguments, read_timeout_seconds=timeout), timeout=timeout
             )
-        except asyncio.TimeoutError:
+        except TimeoutError:
             log.warning("MCP server %s: tool %s timed out after %.0f s", self.name, tool, timeout)
             return ToolOutput(f"The tool did not answer within {timeout:g} seconds.", True)
         except Exception as e:  # noqa: BLE001 - connection closed, protocol error, ...

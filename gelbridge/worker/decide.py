@@ -8,9 +8,10 @@ said, and gets back a decision it carries out.
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Literal, Mapping
+from typing import Any, Literal
 
 from gelbridge.errors import RecordError
 from gelbridge.lux.models import ErrorKind

@@ -25,14 +25,15 @@ import logging
 import os
 import time
 from collections import defaultdict
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import IO, Any, Mapping
+from typing import IO, Any
 from urllib.parse import urlsplit
 
+from gelbridge import tracing
 from gelbridge.config import Settings
 from gelbridge.errors import ClaimConflict, ConfigError, GelbridgeError, PdsAuthError, PdsError, RecordError
 from gelbridge.firehose import RepoEvent
-from gelbridge import tracing
 from gelbridge.identity import resolve_account
 from gelbridge.mapping import OpenedRecordCache
 from gelbridge.pds import PdsClient, RelayBudget, Session

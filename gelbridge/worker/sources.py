@@ -31,8 +31,8 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-import time
 import logging
+import time
 from collections.abc import Awaitable, Callable, Iterable
 from contextlib import aclosing
 from typing import Any

@@ -50,9 +50,9 @@ def status_report(settings: Settings, store: StateStore, *, now: float | None = 
             {"at": e.at, "kind": e.kind, "record": e.record_key, "where": e.where}
             for s in stores.values() for e in s.recent_errors(10)
         ]
-        errors.sort(key=lambda e: e["at"], reverse=True)
+        errors.sort(key=lambda e: float(e["at"] or 0), reverse=True)
     finally:
-        for path, s in stores.items():
+        for s in stores.values():
             if s is not store:
                 s.close()
     return {"state": str(store.path), "source": settings.watch.source, "accounts": accounts,

@@ -13,9 +13,9 @@ import asyncio
 import logging
 import time
 from collections import OrderedDict
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Protocol
 
 from gelbridge.config import Settings
@@ -77,9 +77,8 @@ from gelbridge.records.models import (
     Usage,
 )
 from gelbridge.sealing import content_of, open_blob, seal_blob
-from gelbridge.state import TurnTiming
+from gelbridge.state import CallRef, TurnTiming
 from gelbridge.thread import previous_reply_rkey
-from gelbridge.state import CallRef
 from gelbridge.tools import ToolCall, call_digest, execute_journaled, needs_approval, resolve_approvals
 from gelbridge.tools.approval import WaitingCall
 from gelbridge.tools.journal import INTERRUPTED_OUTPUT
@@ -231,7 +230,8 @@ def _ts(t: float | None) -> datetime | None:
 # --- loading ------------------------------------------------------------------------------------
 
 
-async def _get_side_record(deps: TurnDeps, collection: str, rkey: str, cls: type) -> Any:
+async def _get_side_record(deps: TurnDeps, collection: str, rkey: str,
+                           cls: type[ConversationRecord] | type[SettingsRecord]) -> Any:
     """A conversation/settings record, or None if missing or malformed (logged); from the
     worker's event-fed cache when it has one (no PDS read per turn)."""
     if deps.side is not None:
@@ -333,10 +333,11 @@ async def _run_tools(
         if deps.metrics is not None:
             deps.metrics.tool_outcome(deps.label, o.is_error)
         blob: BlobRef | None = None
-        if o.long_output is not None and job.ask.key_id in deps.keyring:
+        key_id = job.ask.key_id
+        if o.long_output is not None and key_id is not None and key_id in deps.keyring:
             data = o.long_output.encode("utf-8")
             try:
-                sealed_output = seal_blob(data, key_id=job.ask.key_id, keyring=deps.keyring)
+                sealed_output = seal_blob(data, key_id=key_id, keyring=deps.keyring)
                 t0 = time.perf_counter()
                 try:
                     ref = await deps.pds.upload_blob(sealed_output)
@@ -802,7 +803,7 @@ async def run_turn(deps: TurnDeps, job: TurnJob) -> TurnReport:
             await asyncio.wait_for(asyncio.shield(asyncio.ensure_future(final)), timeout=15)
         else:
             await final
-        deps.store.update_claim_status(deps.did, job.ask.reply_rkey, status, error_kind)  # type: ignore[arg-type]
+        deps.store.update_claim_status(deps.did, job.ask.reply_rkey, status, error_kind)
     except ClaimConflict:
         # Someone else changed the reply since our last write: it is theirs now. Mark the
         # claim lost so recovery does not keep retrying a reply that is no longer ours.

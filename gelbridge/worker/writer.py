@@ -146,7 +146,7 @@ def fit_parts(parts: Sequence[Part], budget: int) -> tuple[list[Part], bool]:
         if type(last) is ToolResultPart and out and type(out[-1]) is ToolCallPart and out[-1].call_id == last.call_id:
             out.pop()  # a call goes with its result (PROTOCOL.md §5): never one without the other
             continue
-        if type(last) is TextPart or type(last) is ReasoningPart:
+        if (type(last) is TextPart or type(last) is ReasoningPart) and last.text:
             text = last.text
             lo, hi = 0, len(text)  # the longest prefix that fits: binary search
             while lo < hi:

@@ -3,17 +3,15 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable, Iterator
-from typing import Any
 
 import pytest
+from adapter_helpers import SCRIPTS, settings_for
 
 from gelbridge.adapters.client import ModelClient
 from gelbridge.adapters.registry import AdapterRegistry
 from gelbridge.adapters.sandbox import SandboxLimits
-from gelbridge.dev.model_server import ModelServer
 from gelbridge.config import Settings
-
-from adapter_helpers import SCRIPTS, settings_for
+from gelbridge.dev.model_server import ModelServer
 
 
 @pytest.fixture(scope="session")

@@ -9,7 +9,6 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gelbridge.adapters import contract
-
 from gelbridge.adapters.contract import (
     CompletionChunkDecoder,
     LuxEventDecoder,

@@ -6,6 +6,8 @@ import json
 from collections.abc import Callable
 
 import pytest
+from adapter_helpers import settings_for
+from parrot_server import ParrotServer
 
 from gelbridge.adapters.client import ModelClient
 from gelbridge.lux import (
@@ -22,9 +24,6 @@ from gelbridge.lux import (
     ToolResult,
     ToolUse,
 )
-
-from adapter_helpers import settings_for
-from parrot_server import ParrotServer
 
 
 @pytest.fixture

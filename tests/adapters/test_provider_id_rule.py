@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 
 import pytest
+from adapter_helpers import settings_for
 
 from gelbridge.adapters.client import ModelClient
 from gelbridge.adapters.registry import AdapterRegistry, builtin_adapters_dir
@@ -12,8 +13,6 @@ from gelbridge.adapters.sandbox import SandboxLimits
 from gelbridge.dev.model_server import ModelServer, ToolCall, Turn
 from gelbridge.errors import ConfigError
 from gelbridge.lux import LuxRequest, Message, Options, Text, ToolResult, ToolUse
-
-from adapter_helpers import settings_for
 
 
 @pytest.fixture(scope="module")

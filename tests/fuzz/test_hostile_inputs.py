@@ -65,10 +65,11 @@ def bounded_memory() -> Iterator[None]:
 
 def clean(call: Callable[[], Any], *errors: type[BaseException]) -> Any:
     """``call()`` returns, or raises one of ``errors`` (all GelbridgeError by default)."""
+    caught = errors or (GelbridgeError,)
     with bounded_memory():
         try:
             return call()
-        except (errors or (GelbridgeError,)) as e:
+        except caught as e:
             assert str(e) and "\n" not in str(e), repr(e)
             return e
 

@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 from atproto_firehose import AsyncFirehoseSubscribeReposClient
+from integration.conftest import App, text_of
 
 from gelbridge.bridge import Bridge
 from gelbridge.config import Settings
@@ -23,7 +24,6 @@ from gelbridge.ingest import IncomingRecord, RecordFilter, from_firehose
 from gelbridge.pds import PdsClient
 from gelbridge.records import MESSAGE_COLLECTION, new_tid
 from gelbridge.sealing import Keyring
-from integration.conftest import App, text_of
 
 pytestmark = [pytest.mark.pds, pytest.mark.timeout(240)]
 

@@ -18,7 +18,6 @@ from gelbridge.dev.model_server import ModelServer
 from gelbridge.dev.pds import AccountInfo, DevPds
 from gelbridge.errors import PdsUnavailable
 from gelbridge.pds import PdsClient
-from gelbridge.records.codec import to_json_form
 from gelbridge.records import (
     MESSAGE_COLLECTION,
     AtUri,
@@ -28,6 +27,7 @@ from gelbridge.records import (
     new_tid,
     now_datetime,
 )
+from gelbridge.records.codec import to_json_form
 from gelbridge.records.models import Part
 from gelbridge.sealing import Keyring, content_of, seal_content
 from gelbridge.worker import Worker

@@ -11,7 +11,7 @@ import pytest
 
 from gelbridge.dev.model_server import ModelServer, ToolCall, Turn
 from gelbridge.dev.pds import AccountInfo, DevPds
-from gelbridge.records import ToolApprovalPart, ToolCallPart, ToolResultPart, TextPart, new_tid
+from gelbridge.records import TextPart, ToolApprovalPart, ToolCallPart, ToolResultPart, new_tid
 from gelbridge.sealing import Keyring, open_blob
 from gelbridge.tools import Tool, ToolOutput, ToolRegistry, builtin_tools
 

@@ -10,9 +10,30 @@ from __future__ import annotations
 from hypothesis import strategies as st
 
 from gelbridge.lux import (
-    AgentAction, Annotation, Capabilities, Choice, LuxError, LuxRequest, LuxResponse, Media,
-    MediaSource, Message, Native, Options, ProviderData, ReasoningConfig, Refusal,
-    SafetyRating, StructuredOutput, Text, Thinking, Tool, ToolChoice, ToolResult, ToolUse, Usage,
+    AgentAction,
+    Annotation,
+    Capabilities,
+    Choice,
+    LuxError,
+    LuxRequest,
+    LuxResponse,
+    Media,
+    MediaSource,
+    Message,
+    Native,
+    Options,
+    ProviderData,
+    ReasoningConfig,
+    Refusal,
+    SafetyRating,
+    StructuredOutput,
+    Text,
+    Thinking,
+    Tool,
+    ToolChoice,
+    ToolResult,
+    ToolUse,
+    Usage,
 )
 
 text = st.text(max_size=12)

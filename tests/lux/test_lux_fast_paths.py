@@ -12,16 +12,26 @@ import copy
 import json
 from dataclasses import replace
 
+import lux_strategies as S
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import lux_strategies as S
 from gelbridge.lux import (
-    Converted, LuxRequest, Message, Options, ProviderData, Text, Thinking, ToolResult, ToolUse,
-    decode_response, strip_foreign_provider_data,
+    Converted,
+    LuxRequest,
+    Message,
+    Options,
+    ProviderData,
+    Text,
+    Thinking,
+    ToolResult,
+    ToolUse,
+    decode_response,
+    models,
+    provider_data,
+    strip_foreign_provider_data,
 )
-from gelbridge.lux import models, provider_data
 from gelbridge.lux.models import read_plain_response, request_json
 
 

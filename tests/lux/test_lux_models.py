@@ -2,18 +2,40 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
-
-import pytest
-from hypothesis import HealthCheck, given, settings
 
 import lux_schema
 import lux_strategies as S
+import pytest
+from hypothesis import HealthCheck, given, settings
+
 from gelbridge.errors import GelbridgeError
 from gelbridge.lux import (
-    ConversionStatus, Converted, Diagnostic, FinishReason, LuxDecodeError, LuxRequest, LuxResponse,
-    Media, MediaSource, Message, Native, Options, ProviderData, ReasoningConfig, ReasoningEffort,
-    Role, Text, Thinking, Tool, ToolChoice, ToolResult, ToolUse, decode_request, decode_response,
+    ConversionStatus,
+    Converted,
+    Diagnostic,
+    FinishReason,
+    LuxDecodeError,
+    LuxRequest,
+    LuxResponse,
+    Media,
+    MediaSource,
+    Message,
+    Native,
+    Options,
+    ProviderData,
+    ReasoningConfig,
+    ReasoningEffort,
+    Role,
+    Text,
+    Thinking,
+    Tool,
+    ToolChoice,
+    ToolResult,
+    ToolUse,
+    decode_request,
+    decode_response,
 )
 
 SETTINGS = settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -355,7 +377,7 @@ def test_diagnostics_are_frozen_json_able_and_readable():
     assert str(d) == "conversation[1].message.content[0]: degraded (signature removed)"
     assert str(Diagnostic("tools.kind", ConversionStatus.UNSUPPORTED)) == "tools.kind: unsupported"
     assert Diagnostic.from_json(json.loads(json.dumps(d.to_json()))) == d
-    with pytest.raises(Exception):
+    with pytest.raises(dataclasses.FrozenInstanceError):
         d.field = "x"  # type: ignore[misc]
     env = Converted(_req(Text("x")), [d]).to_json()
     assert env["diagnostics"] == [d.to_json()] and env["value"]["model"] == "m"

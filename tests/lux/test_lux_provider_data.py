@@ -2,11 +2,19 @@
 
 from __future__ import annotations
 
+import lux_strategies as S
 from hypothesis import given, settings
 
-import lux_strategies as S
 from gelbridge.lux import (
-    ConversionStatus, LuxRequest, Message, Options, ProviderData, Text, Thinking, ToolResult, ToolUse,
+    ConversionStatus,
+    LuxRequest,
+    Message,
+    Options,
+    ProviderData,
+    Text,
+    Thinking,
+    ToolResult,
+    ToolUse,
     strip_foreign_provider_data,
 )
 

@@ -4,16 +4,47 @@ from __future__ import annotations
 
 import json
 
-import pytest
-from hypothesis import given, settings, strategies as st
-
 import lux_schema
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from gelbridge.lux import (
-    Annotation, AnnotationsEvent, BlockDelta, BlockDiscard, BlockEnd, BlockStart, ConversationMeta,
-    ConversationStart, ConversionStatus, DoneEvent, ErrorEvent, FinishEvent, FinishReason, ItemEnd,
-    ItemStart, LuxDecodeError, LuxError, LuxResponse, NativeDelta, ProviderData, ProviderDataDelta,
-    Refusal, RefusalDelta, SignatureDelta, StreamAccumulator, Text, TextDelta, Thinking, ThinkingDelta,
-    ToolArgumentsDelta, ToolCallStart, ToolUse, Usage, UsageEvent, event_from_json,
+    Annotation,
+    AnnotationsEvent,
+    BlockDelta,
+    BlockDiscard,
+    BlockEnd,
+    BlockStart,
+    ConversationMeta,
+    ConversationStart,
+    ConversionStatus,
+    DoneEvent,
+    ErrorEvent,
+    FinishEvent,
+    FinishReason,
+    ItemEnd,
+    ItemStart,
+    LuxDecodeError,
+    LuxError,
+    LuxResponse,
+    NativeDelta,
+    ProviderData,
+    ProviderDataDelta,
+    Refusal,
+    RefusalDelta,
+    SignatureDelta,
+    StreamAccumulator,
+    Text,
+    TextDelta,
+    Thinking,
+    ThinkingDelta,
+    ToolArgumentsDelta,
+    ToolCallStart,
+    ToolUse,
+    Usage,
+    UsageEvent,
+    event_from_json,
     strip_foreign_provider_data,
 )
 

@@ -9,10 +9,6 @@ from __future__ import annotations
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-
-from gelbridge.mapping import build_request, waiting_calls
-from gelbridge.records import GenerationRequest, PlainContent
-from gelbridge.thread import walk_thread
 from mapping_builders import (
     approve,
     assert_valid_request,
@@ -25,6 +21,10 @@ from mapping_builders import (
     text,
     user,
 )
+
+from gelbridge.mapping import build_request, waiting_calls
+from gelbridge.records import GenerationRequest, PlainContent
+from gelbridge.thread import walk_thread
 
 
 @st.composite

@@ -5,6 +5,18 @@ from __future__ import annotations
 import base64
 
 import pytest
+from mapping_builders import (
+    approve,
+    assert_valid_request,
+    call,
+    check_tool_pairs,
+    messages,
+    opened,
+    reply,
+    result,
+    text,
+    user,
+)
 
 from gelbridge.lux import ConversionStatus, Options, ProviderData, Text, Tool
 from gelbridge.mapping import (
@@ -26,18 +38,6 @@ from gelbridge.records import (
     UnknownPart,
 )
 from gelbridge.tools.approval import resolve_approvals
-from mapping_builders import (
-    approve,
-    assert_valid_request,
-    call,
-    check_tool_pairs,
-    messages,
-    opened,
-    reply,
-    result,
-    text,
-    user,
-)
 
 CID = "bafkreihdwdcefgh4dqkjv67uzcmw7ojee6xedzdetojuzjevtenxquvyku"
 CID2 = "bafkreie5737gdxlw5i64vzichcalba3z2v5n6icifvx5xytvske7mr3hpm"
@@ -259,7 +259,7 @@ def test_files_with_and_without_extracted_text() -> None:
                          extracted=ExtractedText(text=BlobRef.of(CID2, "text/plain", 5), method="text"))
     without = FilePart(file=BlobRef.of(CID, "application/zip", 9))
     thread = [opened("a", user(None), with_text, without)]
-    wire, diags = build(thread, blobs={CID2: "héllo\xff".encode("utf-8")})
+    wire, diags = build(thread, blobs={CID2: "héllo\xff".encode()})
     assert messages(wire)[0]["content"] == [{"type": "text", "text": "[file: r.pdf]\nhéllo\xff"}]
     assert [d.field for d in diags] == ["a.parts[1]"]
     wire, diags = build(thread, blobs={CID2: b"bad \xff"})

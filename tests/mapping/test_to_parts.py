@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from mapping_builders import messages, opened, reply, result, text, user
+
 from gelbridge.lux import (
     Annotation,
     Choice,
@@ -25,8 +27,8 @@ from gelbridge.mapping import (
     split_text,
     with_results,
 )
-from gelbridge.records import PlainContent, SourcePart, TextPart, ToolCallPart, ToolResultPart, Usage as RUsage
-from mapping_builders import messages, opened, reply, result, text, user
+from gelbridge.records import PlainContent, TextPart, ToolCallPart, ToolResultPart
+from gelbridge.records import Usage as RUsage
 
 
 def resp(*content, finish="stop", usage=None) -> LuxResponse:

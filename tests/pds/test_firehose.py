@@ -78,7 +78,7 @@ async def test_live_subscription_yields_written_record_with_raw_bytes(
             try:
                 first = await asyncio.wait_for(got.get(), 0.5)
                 break
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 continue
         assert first is not None, "no firehose event within 20 s"
     finally:

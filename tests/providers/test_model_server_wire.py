@@ -7,7 +7,8 @@ import json
 import socket
 import threading
 import time
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 import httpx
 import pytest
@@ -90,7 +91,7 @@ def test_gemini_accepts_key_query_and_redacts_it(server: ModelServer) -> None:
 
 
 def test_recorded_requests_hide_auth_values_and_keep_bodies(server: ModelServer) -> None:
-    for provider, (path, headers, body) in ROUTES.items():
+    for path, headers, body in ROUTES.values():
         httpx.post(server.url + path, headers={**headers, "X-Trace": "t1"}, json=body)
     recorded = server.requests
     assert [r.provider for r in recorded] == list(ROUTES)

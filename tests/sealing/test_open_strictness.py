@@ -15,6 +15,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pydantic import ValidationError
+from sealing_uris import URI
 
 from gelbridge.errors import (
     DecryptError,
@@ -28,8 +29,6 @@ from gelbridge.records import PlainContent
 from gelbridge.records.models import EncryptedContent, record_error
 from gelbridge.records.nesting import MAX_DEPTH
 from gelbridge.sealing import SCHEME, Keyring, _encrypt, open_content, seal_content
-
-from sealing_uris import URI
 
 PC = '"$type":"chat.gel.assistant.defs#plainContent"'
 TEXT = '"$type":"chat.gel.assistant.defs#textPart"'

@@ -7,6 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from nacl.bindings import crypto_aead_xchacha20poly1305_ietf_decrypt, crypto_aead_xchacha20poly1305_ietf_encrypt
+from sealing_uris import OTHER, URI
 
 from gelbridge.errors import DecryptError, KeyringError, MovedCiphertextError, RecordError, UnknownKeyError
 from gelbridge.records import (
@@ -21,10 +22,7 @@ from gelbridge.records import (
     ToolResultPart,
     UnknownPart,
 )
-from gelbridge.sealing import SCHEME, Keyring, content_of, open_content, open_value, seal_content, seal_value
-from gelbridge.sealing import _encrypt
-
-from sealing_uris import OTHER, URI
+from gelbridge.sealing import SCHEME, Keyring, _encrypt, content_of, open_content, open_value, seal_content, seal_value
 
 CID = "bafyreihltcnuuyqp2jm24aqydpnlj7b6w3ogwrplomrjtg5rifv44mmjey"
 

@@ -11,6 +11,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from nacl.bindings import crypto_aead_xchacha20poly1305_ietf_decrypt
+from sealing_uris import OTHER, URI
 
 from gelbridge.errors import (
     DecryptError,
@@ -32,9 +33,6 @@ from gelbridge.sealing import (
     seal_content,
     seal_value,
 )
-
-from sealing_uris import OTHER, URI
-
 
 json_values = st.recursive(
     st.none() | st.booleans() | st.integers(-(2**53), 2**53) | st.text(),

@@ -16,9 +16,9 @@ import pytest
 from gelbridge.errors import StateError, ToolJournalConflict
 from gelbridge.state import (
     DB_FILENAME,
-    CallRef,
     ERRORS_KEPT,
     SCHEMA_VERSION,
+    CallRef,
     StateStore,
     TurnTiming,
     open_state,

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
@@ -19,7 +19,7 @@ from gelbridge.tools.approval import (
 
 A = WaitingCall("call_a", "fetch_url", '{"url": "https://example.com"}')
 B = WaitingCall("call_b", "mcp_mail_send", '{"to": "x"}')
-T0 = datetime(2026, 1, 1, 12, 0, tzinfo=timezone.utc)
+T0 = datetime(2026, 1, 1, 12, 0, tzinfo=UTC)
 
 
 def summary(outcome):  # (call_id, approved, cause, reason)

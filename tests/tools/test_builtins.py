@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import pytest
 
@@ -13,7 +13,7 @@ from gelbridge.tools import ToolCall, builtin_tools, execute_calls, load_tool_re
 from gelbridge.tools.config import CurrentTimeConfig
 from gelbridge.tools.current_time import describe_time, make_current_time
 
-NOON = datetime(2026, 7, 1, 12, 0, 0, tzinfo=timezone.utc)
+NOON = datetime(2026, 7, 1, 12, 0, 0, tzinfo=UTC)
 
 
 def test_current_time_in_utc_and_a_zone() -> None:

@@ -5,12 +5,11 @@ from __future__ import annotations
 import time
 
 import pytest
+from transport_server import Script, reply_json, reply_raw, reply_stream, stall
 
 from gelbridge.config import ProviderConfig
 from gelbridge.errors import ConfigError, ProviderError
 from gelbridge.transport import ProviderTransport, RetryPolicy, TransportPool, TransportTiming
-
-from transport_server import Script, reply_json, reply_raw, reply_stream, stall
 
 OK = {"choices": [{"message": {"content": "hi"}}]}
 FAST = RetryPolicy(max_retries=3, base_delay=0.01, max_delay=1.0, jitter=0)

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import json
 
+import harness
 import pytest
 
-import harness
 from gelbridge.dev.model_server import CutStream, Fail, MalformedBody, MidStreamError, ToolCall, Turn
 from gelbridge.errors import ProviderError
 from gelbridge.lux import LuxRequest, Message, Options, Text, Thinking, Tool, ToolUse

@@ -4,12 +4,23 @@ from __future__ import annotations
 
 import json
 
+import harness
 import pytest
 
-import harness
 from gelbridge.dev.model_server import Turn
-from gelbridge.lux import (LuxRequest, Media, MediaSource, Message, Options, ReasoningConfig, Text, Tool,
-                           ToolChoice, ToolResult, ToolUse)
+from gelbridge.lux import (
+    LuxRequest,
+    Media,
+    MediaSource,
+    Message,
+    Options,
+    ReasoningConfig,
+    Text,
+    Tool,
+    ToolChoice,
+    ToolResult,
+    ToolUse,
+)
 from gelbridge.lux.models import StructuredOutput
 
 TOOLS = [Tool("a", {"type": "object", "properties": {}}), Tool("b", {"type": "object", "properties": {}})]

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
+import harness
 import pytest
 
-import harness
 from gelbridge.dev.model_server import ToolCall, Turn
 from gelbridge.lux import LuxRequest, Message, Options, Text, Tool, ToolResult, ToolUse
 

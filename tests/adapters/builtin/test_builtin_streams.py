@@ -6,6 +6,7 @@ import json
 import re
 
 import harness
+
 from gelbridge.lux import Text, Thinking, ToolUse
 
 
