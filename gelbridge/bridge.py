@@ -45,10 +45,13 @@ worker writes only through its own PDS session, whose DID must equal the record'
 (checked on every record: :class:`AccountMixup`). There is no path from an event of one
 DID to another account's keyring or repo.
 
-**Same loops as ``gelbridge run``.** Each account's start-up backfill and recovery sweep
-are its worker's (``Worker.backfill``, ``Worker.sweep_loop``), and :meth:`serve` follows
-the sources :func:`gelbridge.worker.intake.watch_sources` builds, as ``Worker.run`` does:
-the bridge adds only the queue, the routing by DID and the thread mode.
+**The one orchestrator.** :meth:`run` is ``gelbridge run``, for one account or many
+(``Worker.run`` is :meth:`run` around that one worker, :meth:`around`): start-up,
+backfill, the recovery sweeps, the ``[watch]`` sources
+(:func:`gelbridge.worker.intake.watch_sources`), health and metrics, and shutdown grace
+are written once, here. Each account's backfill and sweep are its worker's
+(``Worker.backfill``, ``Worker.sweep_loop``); a library consumer that feeds records
+itself uses :meth:`start` and the ``feed_*`` methods instead of :meth:`run`.
 """
 
 from __future__ import annotations
@@ -63,7 +66,7 @@ from collections.abc import Awaitable, Callable, Coroutine, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any
+from typing import IO, Any
 
 from gelbridge import tracing
 from gelbridge.config import Settings, load_config
@@ -77,6 +80,7 @@ from gelbridge.ingest import (
 )
 from gelbridge.state import StateStore
 from gelbridge.worker.intake import backfill_logged, deliver, run_until, stop_tasks, watch_sources
+from gelbridge.worker.sources import PollSource
 
 log = logging.getLogger("gelbridge.bridge")
 
@@ -171,6 +175,7 @@ class Bridge:
         self.sources: dict[str, Any] = {}  # what serve() follows, by name (after source_coroutines())
         self.jetstream: Any = None  # the JetstreamSource, for source = "jetstream"
         self._serving = False  # serve() follows sources of its own (else records are fed)
+        self._adopted: Any = None  # the one started-or-not Worker of Bridge.around()
         self.metrics: Any = None  # gelbridge.observability.Metrics, when [observability] listen is set
         self.watched: Any = None  # gelbridge.observability.Watched, while it serves
 
@@ -206,14 +211,32 @@ class Bridge:
 
         return Worker(settings, keyring=keyring, store=store, environ=self._environ)
 
+    @classmethod
+    def around(cls, worker: Any, **kw: Any) -> Bridge:
+        """A bridge serving exactly ``worker`` (one account; its own keyring, store, PDS
+        client and model): how :meth:`Worker.run` runs, so one account and many go
+        through the same orchestrator code."""
+        bridge = cls(worker.settings, worker_factory=lambda *a, **k: worker, environ=worker.environ, **kw)
+        bridge._adopted = worker
+        return bridge
+
     async def start(self) -> None:
         """Open state, log every account in, start the dispatchers (and the backfill)."""
+        await self._start(background_backfill=self.backfill_on_start)
+
+    async def _start(self, *, background_backfill: bool) -> None:
         if self._running:
             return
         self._loop = asyncio.get_running_loop()
         self._loop_thread = threading.get_ident()
         tracing.configure(self.settings.observability)
-        self._store = StateStore.open_dir(self.settings.state_dir)
+        adopted = self._adopted
+        if adopted is not None and adopted.store is not None:
+            self._store = adopted.store  # the worker's own (it closes it)
+        elif adopted is not None:
+            self._store = None  # the worker opens [state] dir itself; shared below
+        else:
+            self._store = StateStore.open_dir(self.settings.state_dir)
         listen = self.settings.observability.listen
         if listen and self.metrics is None:
             from gelbridge.observability import Metrics
@@ -227,7 +250,14 @@ class Bridge:
                 worker = self._new_worker(acct, self._keyrings.get(entry.label), self._store if shared else None)
                 if self.metrics is not None:
                     worker.metrics, worker.label = self.metrics, entry.label
-                await worker.start()
+                try:
+                    if not getattr(worker, "started", False):
+                        await worker.start()
+                except BaseException:
+                    await worker.aclose(0)  # what it opened before failing
+                    raise
+                if self._store is None:
+                    self._store = worker.store
                 ctx = AccountContext(entry.label, worker.did, acct, worker)
                 if ctx.did in self._by_did:
                     await worker.aclose(0)
@@ -240,7 +270,8 @@ class Bridge:
             for ctx in started:
                 await ctx.worker.aclose(0)
             self._by_did.clear()
-            self._store.close()
+            if self._store is not None and self._adopted is None:
+                self._store.close()
             self._store = None
             raise
         relays: dict[str, Any] = {}  # one relay budget per PDS host: the relay counts the host's events
@@ -257,7 +288,7 @@ class Bridge:
             self._tasks.append(asyncio.create_task(ctx.worker.sweep_loop(self._sweep_interval,
                                                                          at_start=not self.backfill_on_start),
                                                    name=f"sweep-{ctx.label}"))
-            if self.backfill_on_start:
+            if background_backfill:
                 self._tasks.append(asyncio.create_task(backfill_logged(ctx.label, ctx.worker),
                                                        name=f"backfill-{ctx.label}"))
         if listen:
@@ -266,6 +297,8 @@ class Bridge:
             self.watched = Watched(self.metrics, lambda: [(c.label, c.worker) for c in self._by_did.values()],
                                    lambda: self.sources if self._serving else None)
             self._tasks.append(asyncio.create_task(self.watched.serve(listen), name="observability"))
+            for ctx in self._by_did.values():
+                ctx.worker.watched = self.watched
         self._running = True
         log.info("bridge serving %d account(s)", len(self._by_did))
 
@@ -284,9 +317,9 @@ class Bridge:
             except Exception as e:  # noqa: BLE001 - close the others anyway
                 log.error("closing account %s failed (%s)", ctx.label, type(e).__name__)
         self._by_did.clear()
-        if self._store is not None:
+        if self._store is not None and self._adopted is None:
             self._store.close()
-            self._store = None
+        self._store = None
 
     async def __aenter__(self) -> Bridge:
         await self.start()
@@ -447,12 +480,56 @@ class Bridge:
 
     def source_coroutines(self) -> list[tuple[str, Coroutine[Any, Any, None]]]:
         """``(name, coroutine)`` of every event source :meth:`serve` runs: the sources
-        ``gelbridge run`` follows, built for every account. A firehose subscription
-        handles its records one at a time, in seq order, and saves the seq after each."""
+        ``gelbridge run`` follows, built for every account (:meth:`build_sources`)."""
+        return [(name, src.run()) for name, src in self.build_sources().items()]
+
+    def build_sources(self) -> dict[str, Any]:
+        """The ``[watch]`` sources for every account (``intake.watch_sources``), kept in
+        :attr:`sources`; each worker learns the one that carries its DID."""
         self.sources = dict(watch_sources(self.settings.watch, {c.label: c.worker for c in self._by_did.values()},
-                                          self.store, self.process, firehose_in_flight=1))
+                                          self.store, self.process))
         self.jetstream = self.sources.get("jetstream")
-        return [(name, src.run()) for name, src in self.sources.items()]
+        for ctx in self._by_did.values():
+            ctx.worker.source = next((s for s in self.sources.values() if ctx.did in s.dids), None)
+        return self.sources
+
+    async def run(self, stop: asyncio.Event, *, ready: asyncio.Event | None = None,
+                  out: IO[str] | None = None) -> None:
+        """``gelbridge run``, for one account or many: log every account in, print what
+        is served, follow the live sources (firehose, Jetstream) at once, backfill what
+        is owed while they run (no gap between the two), then poll sources, say
+        ``ready``, and serve until ``stop`` is set; then shut down with
+        ``[worker] shutdown_grace`` for running replies."""
+
+        def say(line: str) -> None:
+            if out is not None:
+                print(line, file=out, flush=True)
+
+        tasks: list[asyncio.Task[None]] = []
+        try:
+            await self._start(background_backfill=False)
+            for ctx in self._by_did.values():
+                for line in ctx.worker.startup_lines():
+                    say(line)
+            sources = self.build_sources()
+            self._serving = True
+            live = {n: s for n, s in sources.items() if not isinstance(s, PollSource)}
+            tasks = [asyncio.create_task(s.run(), name=n) for n, s in live.items()]
+            if self.backfill_on_start:
+                ctxs = list(self._by_did.values())
+                reps = await asyncio.gather(*(c.worker.backfill() for c in ctxs))
+                for ctx, rep in zip(ctxs, reps):
+                    who = f" ({ctx.label})" if len(ctxs) > 1 else ""
+                    say(f"  backfill   {rep.messages} message(s) asking for replies, {rep.owed} owed, "
+                        f"{rep.resumed} unfinished resumed, {rep.unfinished_claims} claim(s) recovered{who}")
+            tasks += [asyncio.create_task(s.run(), name=n) for n, s in sources.items() if n not in live]
+            say("ready: answering messages (Ctrl-C to stop)")
+            if ready is not None:
+                ready.set()
+            await run_until(stop, [*tasks, *self._tasks])
+        finally:
+            await stop_tasks(tasks, self.sources.values())
+            await self.aclose()
 
     # --- synchronous use ---------------------------------------------------------------------------
 

@@ -58,12 +58,9 @@ def _logging_for(settings: object, level: LogLevel | str | None, fmt: LogFormat 
     setup_logging((chosen or lc.level or "info").lower(), fmt.value if fmt is not None else lc.format)
 
 
-async def _run_until_signal(worker: object) -> None:
-    """Run a Worker (one account) or a Bridge (``[[accounts]]`` or Jetstream) until a signal."""
-    from gelbridge.bridge import Bridge
-    from gelbridge.worker import Worker
-
-    assert isinstance(worker, (Worker, Bridge))
+async def _run_until_signal(bridge: Any) -> None:
+    """Run the Bridge (one account or many) until SIGINT/SIGTERM; a second signal stops
+    waiting for the grace period."""
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     got: list[int] = []
@@ -72,20 +69,14 @@ async def _run_until_signal(worker: object) -> None:
         if got:  # second signal: stop waiting for the grace period
             raise SystemExit(130)
         got.append(sig)
-        print(f"\n{signal.Signals(sig).name}: stopping (grace {worker.settings.worker.shutdown_grace:g} s)...",
+        print(f"\n{signal.Signals(sig).name}: stopping (grace {bridge.settings.worker.shutdown_grace:g} s)...",
               file=sys.stderr, flush=True)
         stop.set()
 
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, on_signal, sig)
     try:
-        if isinstance(worker, Bridge):
-            try:
-                await worker.serve(stop)
-            finally:
-                await worker.aclose(grace=worker.settings.worker.shutdown_grace)
-        else:
-            await worker.run(stop)
+        await bridge.run(stop, out=sys.stdout)
     finally:
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.remove_signal_handler(sig)
@@ -142,24 +133,17 @@ def run_command(
     then follows the firehose (or polls). SIGTERM/Ctrl-C: running replies get
     [worker] shutdown_grace seconds, then end with status error/interrupted.
     """
+    from gelbridge.bridge import Bridge
     from gelbridge.config import load_config
-    from gelbridge.worker import Worker
 
     settings = load_config(config)
     _logging_for(settings, log_level, log_format)
-    _checked(settings, login=False)  # the worker logs in itself, before it says ready
+    _checked(settings, login=False)  # the workers log in themselves, before it says ready
     if settings.accounts or settings.watch.source == "jetstream":
-        # Many accounts in one process, or one Jetstream connection for them: the Bridge
-        # runs one Worker per account behind one event source per host (docs/library.md).
-        from gelbridge.bridge import Bridge
-
-        bridge = Bridge(settings)
         names = ", ".join(a.label for a in settings.accounts_list())
         print(f"gelbridge: serving {names} via {settings.watch.source}", flush=True)
-        asyncio.run(_run_until_signal(bridge))
-        return
-    worker = Worker(settings, out=sys.stdout)
-    asyncio.run(_run_until_signal(worker))
+    # one account or many, firehose, poll or Jetstream: the same orchestrator (docs/architecture.md)
+    asyncio.run(_run_until_signal(Bridge(settings)))
 
 
 def _fmt_time(ts: float | None) -> str:

@@ -50,7 +50,7 @@ from gelbridge.records.models import ReplyError
 from gelbridge.sealing import Keyring
 from gelbridge.state import FINISHED_STATUSES, Claim, StateStore
 from gelbridge.worker.decide import Ask, ask_of, decide_existing_reply, error_message, peek_ask
-from gelbridge.worker.intake import deliver, run_until, stop_tasks, watch_sources
+from gelbridge.worker.intake import stop_tasks
 from gelbridge.worker.repo import SIDE_RECORD_TYPES, Entry, RepoView, SideRecords
 from gelbridge.worker.scheduler import Scheduler
 from gelbridge.worker.sources import FirehoseSource, PollSource, firehose_cursor_key
@@ -568,45 +568,12 @@ class Worker:
     # --- the run loop -------------------------------------------------------------------------
 
     async def run(self, stop: asyncio.Event, *, ready: asyncio.Event | None = None) -> None:
-        """Start, print the start-up lines, backfill, watch until ``stop`` is set, shut down."""
-        try:
-            if not self.started:
-                await self.start()
-            for line in self.startup_lines():
-                self._say(line)
-            s = self.settings
-            if s.watch.source == "jetstream":
-                raise ConfigError("[watch] source = \"jetstream\" is not supported yet; use firehose or poll")
-            [(name, self.source)] = watch_sources(s.watch, {self.handle: self}, self.store,
-                                                  lambda rec: deliver(self, rec))
-            self._source_name = name
-            if isinstance(self.source, FirehoseSource):  # live during the backfill: no gap between them
-                self._tasks.append(asyncio.create_task(self.source.run(), name=name))
-            if s.worker.backfill:
-                rep = await self.backfill()
-                self._say(f"  backfill   {rep.messages} message(s) asking for replies, {rep.owed} owed, "
-                          f"{rep.resumed} unfinished resumed, {rep.unfinished_claims} claim(s) recovered")
-            if isinstance(self.source, PollSource):
-                self._tasks.append(asyncio.create_task(self.source.run(), name=name))
-            self._tasks.append(asyncio.create_task(self.sweep_loop(at_start=not s.worker.backfill), name="sweep"))
-            if s.observability.listen:
-                self._tasks.append(asyncio.create_task(self._serve_observability(s.observability.listen),
-                                                       name="observability"))
-            self._say("ready: answering messages (Ctrl-C to stop)")
-            if ready is not None:
-                ready.set()
-            await run_until(stop, self._tasks)
-        finally:
-            await self.aclose()
+        """``gelbridge run`` for this one account: :meth:`gelbridge.bridge.Bridge.run`
+        around this worker (start-up lines, live source, backfill, sweeps, health and
+        metrics, ready, shutdown), the same orchestrator as for many accounts."""
+        from gelbridge.bridge import Bridge
 
-    async def _serve_observability(self, listen: str) -> None:
-        """``/healthz``, ``/readyz``, ``/metrics`` for this account until cancelled."""
-        from gelbridge.observability import Watched
-
-        assert self.metrics is not None
-        self.watched = Watched(self.metrics, lambda: [(self.label, self)],
-                               lambda: {self._source_name: self.source} if self.source is not None else {})
-        await self.watched.serve(listen)
+        await Bridge.around(self, sweep_interval=30.0).run(stop, ready=ready, out=self.out)
 
     @property
     def http(self) -> Any:

@@ -128,36 +128,44 @@ async def test_a_bridge_of_two_accounts_answers_readyz_and_metrics_per_account_a
         settings = load_config(cfg)
         environ = {f"PW_{n.upper()}": a.app_password for n, a in accts.items()}
         stop = asyncio.Event()
-        async with Bridge(settings, environ=environ, backfill=False) as bridge:
-            serving = asyncio.create_task(bridge.serve(stop))
-            try:
-                deadline = time.monotonic() + 30
-                while getattr(bridge.watched, "http", None) is None and time.monotonic() < deadline:
-                    await asyncio.sleep(0.05)
-                host, port = bridge.watched.http.sockets[0].getsockname()[:2]
-                async with httpx.AsyncClient(base_url=f"http://{host}:{port}", timeout=10) as http:
-                    for _ in range(300):  # until the firehose is open
-                        ready = await http.get("/readyz")
-                        if ready.status_code == 200:
-                            break
-                        await asyncio.sleep(0.1)
-                    assert ready.status_code == 200, ready.text
-                    for n, a in accts.items():
-                        async with PdsClient(dev_pds.pds_url) as pc:
-                            await pc.login(a.handle, a.password)
-                            user = App(pc, rings[n], kids[n])
-                            k = await user.send(f"hello from {n}", conversation=new_tid())
-                            await user.wait_status(f"{k}.r0", "complete", timeout=60)
-                    for ctx in bridge.accounts.values():
-                        await ctx.worker.wait_idle(10)
-                    page = (await http.get("/metrics")).text
-                    [src] = bridge.sources.values()
-                    src.connected.clear()  # as while the firehose reconnects
-                    waiting = await http.get("/readyz")
-                    src.connected.set()
-            finally:
-                stop.set()
-                await asyncio.wait_for(serving, 20)
+        import io
+
+        out, ready = io.StringIO(), asyncio.Event()
+        bridge = Bridge(settings, environ=environ)  # what `gelbridge run` runs, for one account or many
+        serving = asyncio.create_task(bridge.run(stop, ready=ready, out=out))
+        try:
+            await asyncio.wait_for(ready.wait(), 60)
+            deadline = time.monotonic() + 30
+            while getattr(bridge.watched, "http", None) is None and time.monotonic() < deadline:
+                await asyncio.sleep(0.05)
+            host, port = bridge.watched.http.sockets[0].getsockname()[:2]
+            async with httpx.AsyncClient(base_url=f"http://{host}:{port}", timeout=10) as http:
+                for _ in range(300):  # until the firehose is open
+                    ready = await http.get("/readyz")
+                    if ready.status_code == 200:
+                        break
+                    await asyncio.sleep(0.1)
+                assert ready.status_code == 200, ready.text
+                for n, a in accts.items():
+                    async with PdsClient(dev_pds.pds_url) as pc:
+                        await pc.login(a.handle, a.password)
+                        user = App(pc, rings[n], kids[n])
+                        k = await user.send(f"hello from {n}", conversation=new_tid())
+                        await user.wait_status(f"{k}.r0", "complete", timeout=60)
+                for ctx in bridge.accounts.values():
+                    await ctx.worker.wait_idle(10)
+                page = (await http.get("/metrics")).text
+                [src] = bridge.sources.values()
+                src.connected.clear()  # as while the firehose reconnects
+                waiting = await http.get("/readyz")
+                src.connected.set()
+        finally:
+            stop.set()
+            await asyncio.wait_for(serving, 20)
+    printed = out.getvalue()
+    for a in accts.values():  # each account's start-up lines and backfill, then one "ready"
+        assert f"gelbridge worker for {a.handle}" in printed
+    assert printed.count("  backfill   ") == 2 and printed.count("ready: answering messages") == 1
     got = samples(page)
     [name] = bridge.sources
     for n in accts:
