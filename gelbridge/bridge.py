@@ -80,7 +80,6 @@ from gelbridge.ingest import (
 )
 from gelbridge.state import StateStore
 from gelbridge.worker.intake import backfill_logged, deliver, run_until, stop_tasks, watch_sources
-from gelbridge.worker.sources import PollSource
 
 log = logging.getLogger("gelbridge.bridge")
 
@@ -513,7 +512,7 @@ class Bridge:
                     say(line)
             sources = self.build_sources()
             self._serving = True
-            live = {n: s for n, s in sources.items() if not isinstance(s, PollSource)}
+            live = {n: s for n, s in sources.items() if s.live}
             tasks = [asyncio.create_task(s.run(), name=n) for n, s in live.items()]
             if self.backfill_on_start:
                 ctxs = list(self._by_did.values())

@@ -146,6 +146,15 @@ class ThreadConfig(_Section):
     max_depth: int = 500
 
 
+#: ``[watch] source`` → the function that builds its sources (``module:function``; see
+#: ``worker.sources.SourceBuilder``). A new source: its module, its name here and below.
+SOURCE_BUILDERS = {
+    "firehose": "gelbridge.worker.sources:firehose_sources",
+    "poll": "gelbridge.worker.sources:poll_sources",
+    "jetstream": "gelbridge.jetstream:jetstream_sources",
+}
+
+
 class WatchConfig(_Section):
     source: Literal["firehose", "poll", "jetstream"] = "firehose"
     url: str | None = None

@@ -36,6 +36,7 @@ from gelbridge.errors import GelbridgeError, RecordError, is_transient
 from gelbridge.firehose import DEFAULT_PREFIX
 from gelbridge.ingest import IncomingRecord, RecordFilter, from_jetstream_event
 from gelbridge.records import nesting
+from gelbridge.worker.sources import hand_over
 
 log = logging.getLogger("gelbridge.jetstream")
 
@@ -95,6 +96,8 @@ class JetstreamSource:
     shared by several accounts (keys carry the DID).
     """
 
+    live = True
+
     def __init__(
         self,
         url: str,
@@ -140,6 +143,9 @@ class JetstreamSource:
         """Connections after the first."""
         return max(0, self.connects - 1)
 
+    async def drain(self, timeout: float) -> None:
+        """Nothing to wait for: records are handed over one at a time, inside :meth:`run`."""
+
     def current_url(self) -> str:
         """The URL of the next connection (cursor rewound)."""
         return subscribe_url(
@@ -181,13 +187,11 @@ class JetstreamSource:
             if rec.cid is not None and self.store.was_seen(rec.did, rec.rkey, rec.cid):
                 self.duplicates += 1
             else:
-                try:
-                    await self.handler(rec)  # returns when the effects are durable
-                except Exception as e:
-                    if is_transient(e):
-                        raise
+                outcome, err = await hand_over(self.handler, rec)  # returns when the effects are durable
+                if outcome == "later" and err is not None:
+                    raise err  # the cursor stays before it: delivered again after reconnecting
+                if outcome == "skipped":
                     self.skipped += 1  # never retried: it would hold the cursor for good
-                    log.error("record %s/%s failed (%s); skipped", rec.collection, rec.rkey, type(e).__name__)
                 else:
                     if rec.cid is not None:
                         self.store.mark_seen(rec.did, rec.rkey, rec.cid)
@@ -260,3 +264,14 @@ def _peek_time_us(message: str | bytes) -> int | None:
         return None
     cur = event.get("time_us") if isinstance(event, dict) else None
     return cur if isinstance(cur, int) else None
+
+
+def jetstream_sources(watch: Any, workers: Any, store: Any, handler: Handler, hooks: Any) -> list[tuple[str, Any]]:
+    """``[watch] source = "jetstream"``: one connection for every account."""
+    from gelbridge.errors import ConfigError
+
+    if not watch.url:
+        raise ConfigError('[watch] source = "jetstream" needs url = "wss://<jetstream host>"')
+    every = list(workers.items())
+    return [("jetstream", JetstreamSource(watch.url, [w.did for w in workers.values()], store, handler,
+                                          on_reconnect=hooks.reconnected(every)))]

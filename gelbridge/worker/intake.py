@@ -25,23 +25,21 @@ with :func:`run_until` and stop them with :func:`stop_tasks`.
 from __future__ import annotations
 
 import asyncio
+import importlib
 import logging
-from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from gelbridge.config import WatchConfig
+from gelbridge.config import SOURCE_BUILDERS, WatchConfig
 from gelbridge.errors import ConfigError
-from gelbridge.firehose import RepoEvent
 from gelbridge.ingest import IncomingRecord
-from gelbridge.worker.sources import FirehoseSource, GapHandler, PollSource
+from gelbridge.worker.sources import EventSource, GapHandler, RecordHandler, SourceHooks
 
 if TYPE_CHECKING:
-    from gelbridge.jetstream import JetstreamSource
+    pass
 
 log = logging.getLogger("gelbridge.worker.intake")
 
-#: Takes one record of ours; returns once its effects are durable.
-RecordHandler = Callable[[IncomingRecord], Awaitable[Any]]
 
 
 async def deliver(worker: Any, rec: IncomingRecord, received_at: float | None = None) -> str:
@@ -70,34 +68,19 @@ def watch_sources(
     handler: RecordHandler,
     *,
     firehose_in_flight: int = 64,
-) -> list[tuple[str, FirehoseSource | PollSource | JetstreamSource]]:
+) -> list[tuple[str, EventSource]]:
     """``(name, source)`` for every event source ``watch`` asks for, serving ``workers``
-    (started, by account label). ``store`` keeps the firehose and Jetstream cursors (a poll
+    (started, by account label): built by the source's own module, named in
+    ``config.SOURCE_BUILDERS``. ``store`` keeps the firehose and Jetstream cursors (a poll
     source uses its worker's own store); ``firehose_in_flight`` bounds the records of one
-    subscription handled at once (1: in seq order). Run each with ``await source.run()``."""
-    if watch.source == "jetstream":
-        from gelbridge.jetstream import JetstreamSource
-
-        if not watch.url:
-            raise ConfigError('[watch] source = "jetstream" needs url = "wss://<jetstream host>"')
-        every = list(workers.items())
-        return [("jetstream", JetstreamSource(watch.url, [w.did for w in workers.values()], store, handler,
-                                              on_reconnect=_tell_reconnected(every)))]
-    on_event = _repo_events_to(handler)
-    if watch.source == "poll":
-        return [(f"poll-{label}", PollSource(w.pds, w.did, w.store, on_event, interval=watch.poll_interval,
-                                             on_reconnect=_tell_reconnected([(label, w)])))
-                for label, w in workers.items()]
-    hosts: dict[str, list[tuple[str, Any]]] = {}
-    for label, w in workers.items():
-        hosts.setdefault(w.pds.pds_url.rstrip("/"), []).append((label, w))
-    return [
-        (f"firehose-{host}", FirehoseSource(
-            host, [w.did for _, w in group], store, on_event, on_gap=_backfill_gap(group),
-            on_reconnect=_tell_reconnected(group), max_in_flight=firehose_in_flight,
-        ))
-        for host, group in hosts.items()
-    ]
+    subscription handled at once. Run each with ``await source.run()``."""
+    target = SOURCE_BUILDERS.get(watch.source)
+    if target is None:  # pragma: no cover - the config's Literal admits only known names
+        raise ConfigError(f"[watch] source = {watch.source!r} is not a source gelbridge has")
+    module, _, name = target.partition(":")
+    build = getattr(importlib.import_module(module), name)
+    hooks = SourceHooks(gap=_backfill_gap, reconnected=_tell_reconnected, firehose_in_flight=firehose_in_flight)
+    return list(build(watch, workers, store, handler, hooks))
 
 
 async def run_until(stop: asyncio.Event, tasks: Sequence[asyncio.Task[Any]]) -> None:
@@ -122,15 +105,7 @@ async def stop_tasks(tasks: Sequence[asyncio.Task[Any]], sources: Iterable[Any] 
     if tasks:
         await asyncio.wait(tasks, timeout=timeout)
     for src in sources:
-        if isinstance(src, FirehoseSource):
-            await src.drain(timeout=timeout)
-
-
-def _repo_events_to(handler: RecordHandler) -> Callable[[RepoEvent], Awaitable[None]]:
-    async def on_event(ev: RepoEvent) -> None:
-        await handler(IncomingRecord.from_repo_event(ev))
-
-    return on_event
+        await src.drain(timeout=timeout)
 
 
 def _backfill_gap(group: Sequence[tuple[str, Any]]) -> GapHandler:

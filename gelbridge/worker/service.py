@@ -33,7 +33,6 @@ from urllib.parse import urlsplit
 from gelbridge import tracing
 from gelbridge.config import Settings
 from gelbridge.errors import ClaimConflict, ConfigError, GelbridgeError, PdsAuthError, PdsError, RecordError
-from gelbridge.firehose import RepoEvent
 from gelbridge.identity import resolve_account
 from gelbridge.mapping import OpenedRecordCache
 from gelbridge.pds import PdsClient, RelayBudget, Session
@@ -259,9 +258,6 @@ class Worker:
         ]
 
     # --- intake -------------------------------------------------------------------------------
-
-    async def handle_repo_event(self, ev: RepoEvent) -> str:
-        return await self.handle_event(ev.did, ev.collection, ev.rkey, ev.cid, ev.record, action=ev.action)
 
     async def handle_event(
         self,

@@ -1,10 +1,19 @@
-"""Where events come from: the PDS firehose (default) or periodic listRecords (poll).
+"""Where events come from: the event-source contract, and the PDS firehose (default) and
+periodic listRecords (poll) sources; Jetstream's is :mod:`gelbridge.jetstream`.
 
-Both feed :class:`RepoEvent`-shaped events into one handler, which returns once the
-event's effects are durable: the claim is written (on the PDS and in the state store) or
-it decided there is nothing to do. ``gelbridge run`` (one account) and the library's
-``Bridge`` (every account of a PDS host on one subscription) build them the same way
-(:mod:`gelbridge.worker.intake`).
+**The contract** (:class:`EventSource`): every source hands each record of ours to one
+:data:`RecordHandler` as an :class:`~gelbridge.ingest.IncomingRecord` (the one record
+event type; the library feed produces it too), and the handler returns once the record's
+effects are durable: the claim is written (on the PDS and in the state store) or it
+decided there is nothing to do. One cursor rule: a source's cursor passes a record only
+then. One failure policy (:func:`hand_over`): a failure that may pass
+(:func:`~gelbridge.errors.is_transient`) leaves the record to be tried again, each source
+its own way (the firehose in place, poll at the next poll, Jetstream by reconnecting
+from its cursor); any other failure is logged and the record skipped. Each source has
+``dids``, ``connected``, ``reconnects`` and ``last_event_at`` (for ``/readyz`` and
+``/metrics``) and tells ``on_reconnect`` when events may have been missed. Sources are
+built by name from ``[watch] source`` (``config.SOURCE_BUILDERS``): a new source is its
+module and a line of config.
 
 **Firehose cursor** (``[watch] source = "firehose"``): events may be handled
 concurrently (at most ``max_in_flight``; ``1`` handles them in seq order), so the saved
@@ -33,20 +42,77 @@ import asyncio
 import itertools
 import logging
 import time
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from contextlib import aclosing
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Literal, Protocol
 
 from gelbridge.backoff import backoff_delay
 from gelbridge.errors import FirehoseError, GelbridgeError, PdsError, is_transient
-from gelbridge.firehose import RepoEvent, StreamMarker, subscribe_repos
+from gelbridge.firehose import StreamMarker, subscribe_repos
+from gelbridge.ingest import IncomingRecord
 from gelbridge.records.constants import MESSAGE_COLLECTION
 
 log = logging.getLogger("gelbridge.worker.sources")
 
-Handler = Callable[[RepoEvent], Awaitable[None]]
+#: Takes one record of ours; returns once its effects are durable.
+RecordHandler = Callable[[IncomingRecord], Awaitable[Any]]
+Handler = RecordHandler
 #: Events of ``did`` (None: of any repo on the subscription) may have been missed.
 GapHandler = Callable[[str | None], Awaitable[None]]
+
+
+@dataclass(frozen=True)
+class SourceHooks:
+    """What a source builder gets from the intake: ``gap(group)`` and
+    ``reconnected(group)`` make the callbacks that backfill, or tell, the workers of a
+    group of ``(label, worker)`` (events of theirs may have been missed)."""
+
+    gap: Callable[[Sequence[tuple[str, Any]]], GapHandler]
+    reconnected: Callable[[Sequence[tuple[str, Any]]], Callable[[], None]]
+    firehose_in_flight: int = 64
+
+
+#: Builds the sources of one ``[watch] source`` for started workers (by label):
+#: ``(watch, workers, store, handler, hooks) → [(name, source)]`` (``config.SOURCE_BUILDERS``).
+SourceBuilder = Callable[[Any, Mapping[str, Any], Any, RecordHandler, SourceHooks], list[tuple[str, "EventSource"]]]
+
+
+class EventSource(Protocol):
+    """What every ``[watch]`` source is (see the module docstring)."""
+
+    dids: frozenset[str]
+    connected: asyncio.Event
+    reconnects: int
+    last_event_at: float | None
+    #: follows events as they happen (start it before the backfill: no gap); False: it
+    #: reads the repo itself (poll), started after the backfill
+    live: bool
+
+    async def run(self) -> None:
+        """Follow the source until cancelled (reconnecting with backoff); never returns."""
+
+    async def drain(self, timeout: float) -> None:
+        """After cancelling :meth:`run`: let records in flight finish (bounded)."""
+
+
+Outcome = Literal["handled", "skipped", "later"]
+
+
+async def hand_over(handler: RecordHandler, rec: IncomingRecord) -> tuple[Outcome, Exception | None]:
+    """Give ``rec`` to ``handler`` under the one failure policy: ``handled``; ``skipped``
+    (it failed for good: logged, the cursor may pass it); or ``later`` with the error (it
+    may pass: the source must not pass the record, and tries it again its own way)."""
+    try:
+        await handler(rec)
+    except Exception as e:  # noqa: BLE001
+        if is_transient(e):
+            log.warning("record %s/%s could not be handled yet (%s); it is tried again",
+                        rec.collection, rec.rkey, type(e).__name__)
+            return "later", e
+        log.error("record %s/%s failed (%s); skipped", rec.collection, rec.rkey, type(e).__name__)
+        return "skipped", e
+    return "handled", None
 
 
 class CursorTracker:
@@ -95,6 +161,8 @@ class FirehoseSource:
     """Subscribe (the repos of ``dids``), dispatch, save the cursor, reconnect with
     backoff, until stopped."""
 
+    live = True
+
     def __init__(
         self,
         pds_url: str,
@@ -135,36 +203,27 @@ class FirehoseSource:
     def cursor(self) -> int | None:
         return self.tracker.safe
 
-    async def _handle(self, ev: RepoEvent) -> None:
+    async def _handle(self, seq: int, rec: IncomingRecord) -> None:
         """Handle one event; the cursor passes it only once that is done.
 
-        A transient failure (:func:`~gelbridge.errors.is_transient`: the PDS is down for
-        the claim, say) is retried in place with backoff, holding the cursor, until it
-        goes through or the source is stopped (then a restart replays it). Any other
-        failure is logged and the event skipped: one bad event never stops the stream.
+        A transient failure (:func:`hand_over`: the PDS is down for the claim, say) is
+        retried in place with backoff, holding the cursor, until it goes through or the
+        source is stopped (then a restart replays it). Any other failure is logged and
+        the event skipped: one bad event never stops the stream.
         """
         finished = False
         try:
             for attempt in itertools.count(1):  # ends by success, skip, or cancellation (stop)
-                try:
-                    await self.handler(ev)
-                except Exception as e:  # noqa: BLE001
-                    if not is_transient(e):
-                        log.error("event %s/%s seq %d failed (%s); skipped",
-                                  ev.collection, ev.rkey, ev.seq, type(e).__name__)
-                        break
-                    delay = backoff_delay(attempt, base=self.backoff_base, cap=self.backoff_cap)
-                    log.warning("event %s/%s seq %d could not be handled yet (%s); retry in %.1f s",
-                                ev.collection, ev.rkey, ev.seq, type(e).__name__, delay)
-                    self.retries += 1
-                    await asyncio.sleep(delay)
-                else:
+                outcome, _ = await hand_over(self.handler, rec)
+                if outcome != "later":
                     break
+                self.retries += 1
+                await asyncio.sleep(backoff_delay(attempt, base=self.backoff_base, cap=self.backoff_cap))
             finished = True
         finally:
             self._slots.release()
             if finished:  # cancelled (stop) while retrying: the cursor stays before it
-                self._moved(self.tracker.done(ev.seq))
+                self._moved(self.tracker.done(seq))
 
     def _moved(self, moved: int | None) -> None:
         """Save the cursor if the low-water mark moved."""
@@ -201,7 +260,7 @@ class FirehoseSource:
                         self.last_event_at = time.monotonic()
                         await self._slots.acquire()
                         self.tracker.begin(item.seq)
-                        t = asyncio.create_task(self._handle(item))
+                        t = asyncio.create_task(self._handle(item.seq, IncomingRecord.from_repo_event(item)))
                         self._tasks.add(t)
                         t.add_done_callback(self._tasks.discard)
             except FirehoseError as e:
@@ -258,6 +317,8 @@ class FirehoseSource:
 class PollSource:
     """List message records every ``interval`` seconds; handle new or changed ones."""
 
+    live = False
+
     def __init__(self, pds: Any, did: str, store: Any, handler: Handler, *, interval: float = 5.0,
                  on_reconnect: Callable[[], None] | None = None) -> None:
         self.pds = pds
@@ -272,22 +333,19 @@ class PollSource:
         self.reconnects = 0  # polls that succeeded again after failing
         self.last_event_at: float | None = None  # time.monotonic() of the last successful poll
 
+    async def drain(self, timeout: float) -> None:
+        """Nothing to wait for: a poll hands its records over one at a time, inside :meth:`run`."""
+
     async def poll_once(self) -> int:
         n = 0
         async for r in self.pds.iter_records(MESSAGE_COLLECTION, page_size=100):
             if self.store.was_seen(self.did, r.rkey, r.cid):
                 continue
-            ev = RepoEvent(seq=0, did=self.did, collection=MESSAGE_COLLECTION, rkey=r.rkey,
-                           action="update", cid=r.cid, record=r.value)
-            try:
-                await self.handler(ev)
-            except Exception as e:  # noqa: BLE001
-                if is_transient(e):  # not marked seen: the next poll tries it again
-                    log.warning("record %s could not be handled yet (%s); retried at the next poll",
-                                r.rkey, type(e).__name__)
-                    continue
-                log.error("record %s failed (%s); skipped", r.rkey, type(e).__name__)
-            else:
+            rec = IncomingRecord(self.did, MESSAGE_COLLECTION, r.rkey, r.cid, r.value, action="update")
+            outcome, _ = await hand_over(self.handler, rec)
+            if outcome == "later":
+                continue  # not marked seen: the next poll tries it again
+            if outcome == "handled":
                 n += 1
             self.store.mark_seen(self.did, r.rkey, r.cid)
         self.polls += 1
@@ -317,3 +375,29 @@ class PollSource:
                 delay = backoff_delay(failures + 1, base=self.interval, cap=60.0, spread=(1.0, 1.0), max_doublings=4)
                 log.warning("poll failed (%s); retry in %.0f s", type(e).__name__, delay)
                 await asyncio.sleep(delay)
+
+
+# --- builders (config.SOURCE_BUILDERS) ----------------------------------------------------------
+
+
+def firehose_sources(watch: Any, workers: Mapping[str, Any], store: Any, handler: RecordHandler,
+                     hooks: SourceHooks) -> list[tuple[str, EventSource]]:
+    """One subscription per PDS host, carrying every account on it."""
+    hosts: dict[str, list[tuple[str, Any]]] = {}
+    for label, w in workers.items():
+        hosts.setdefault(w.pds.pds_url.rstrip("/"), []).append((label, w))
+    return [
+        (f"firehose-{host}", FirehoseSource(
+            host, [w.did for _, w in group], store, handler, on_gap=hooks.gap(group),
+            on_reconnect=hooks.reconnected(group), max_in_flight=hooks.firehose_in_flight,
+        ))
+        for host, group in hosts.items()
+    ]
+
+
+def poll_sources(watch: Any, workers: Mapping[str, Any], store: Any, handler: RecordHandler,
+                 hooks: SourceHooks) -> list[tuple[str, EventSource]]:
+    """One poller per account (its own store remembers what it saw)."""
+    return [(f"poll-{label}", PollSource(w.pds, w.did, w.store, handler, interval=watch.poll_interval,
+                                         on_reconnect=hooks.reconnected([(label, w)])))
+            for label, w in workers.items()]

@@ -13,7 +13,6 @@ import pytest
 
 from gelbridge.config import WatchConfig
 from gelbridge.errors import ConfigError
-from gelbridge.firehose import RepoEvent
 from gelbridge.ingest import IncomingRecord
 from gelbridge.records.constants import MESSAGE_COLLECTION
 from gelbridge.state import StateStore
@@ -93,17 +92,24 @@ async def test_a_failed_gap_backfill_is_logged_not_raised(store: Any, caplog: py
 
 
 async def test_firehose_and_poll_records_reach_the_handler_as_incoming_records(store: Any) -> None:
+    """One record event type: every source hands the given handler IncomingRecords."""
     ws = {"a": StandIn(A, "http://h", store=store)}
     seen: list[IncomingRecord] = []
 
     async def handler(rec: IncomingRecord) -> None:
         seen.append(rec)
 
-    for watch in (WatchConfig(), WatchConfig(source="poll", poll_interval=3)):
-        [(_name, src)] = watch_sources(watch, ws, store, handler)
-        await src.handler(RepoEvent(seq=7, did=A, collection=MESSAGE_COLLECTION, rkey="k", action="update",
-                                    cid="bafy", record={"role": "user"}))
-    assert seen == [IncomingRecord(A, MESSAGE_COLLECTION, "k", "bafy", {"role": "user"}, 7, "update")] * 2
+    [(_n, fire)] = watch_sources(WatchConfig(), ws, store, handler)
+    [(_n, src)] = watch_sources(WatchConfig(source="poll", poll_interval=3), ws, store, handler)
+    assert fire.handler is handler and src.handler is handler  # no per-source event shape in between
+    assert fire.live and not src.live  # the orchestrator starts live sources before the backfill
+
+    async def iter_records(collection: str, page_size: int = 100) -> Any:
+        yield SimpleNamespace(rkey="k", cid="bafy", value={"role": "user"})
+
+    ws["a"].pds.iter_records = iter_records
+    assert await src.poll_once() == 1
+    assert seen == [IncomingRecord(A, MESSAGE_COLLECTION, "k", "bafy", {"role": "user"}, None, "update")]
     assert isinstance(src, PollSource) and src.store is store and src.did == A and src.interval == 3
 
 
@@ -141,15 +147,15 @@ async def test_run_until_returns_on_stop_and_raises_what_ended_a_task() -> None:
 async def test_stopping_lets_records_in_flight_finish_and_saves_their_cursor(store: Any) -> None:
     handled: list[int] = []
 
-    async def slow(ev: RepoEvent) -> None:
+    async def slow(rec: IncomingRecord) -> None:
         await asyncio.sleep(0.2)
-        handled.append(ev.seq)
+        handled.append(rec.source_cursor)
 
     src = FirehoseSource("http://h", A, store, slow)
     for seq in (5, 6):  # what run() does for each event it reads
         await src._slots.acquire()
         src.tracker.begin(seq)
-        t = asyncio.create_task(src._handle(RepoEvent(seq, A, MESSAGE_COLLECTION, f"k{seq}", "create", "c", {})))
+        t = asyncio.create_task(src._handle(seq, IncomingRecord(A, MESSAGE_COLLECTION, f"k{seq}", "c", {}, seq)))
         src._tasks.add(t)
         t.add_done_callback(src._tasks.discard)
     await stop_tasks([], [src])

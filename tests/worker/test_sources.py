@@ -152,8 +152,8 @@ async def test_firehose_retries_a_transient_failure_in_place_and_holds_the_curso
     gate = asyncio.Event()
 
     async def handler(ev: RepoEvent) -> None:
-        calls.append(ev.seq)
-        if ev.seq == 2 and not gate.is_set():
+        calls.append(ev.source_cursor)
+        if ev.source_cursor == 2 and not gate.is_set():
             raise PdsUnavailable("the PDS is down for the claim")
 
     async with following([delete_frame(1), delete_frame(2), delete_frame(3)], store, handler) as src:
@@ -173,10 +173,10 @@ async def test_firehose_skips_an_event_that_fails_for_good_and_stopping_keeps_a_
     calls: list[int] = []
 
     async def handler(ev: RepoEvent) -> None:
-        calls.append(ev.seq)
-        if ev.seq == 1:
+        calls.append(ev.source_cursor)
+        if ev.source_cursor == 1:
             raise ValueError("a record nothing can handle")
-        if ev.seq == 3:
+        if ev.source_cursor == 3:
             raise PdsUnavailable("down")
 
     async with following([delete_frame(1), delete_frame(2), delete_frame(3)], store, handler) as src:
