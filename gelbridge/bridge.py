@@ -230,8 +230,8 @@ class Bridge:
         self._loop_thread = threading.get_ident()
         tracing.configure(self.settings.observability)
         adopted = self._adopted
-        if adopted is not None and adopted.store is not None:
-            self._store = adopted.store  # the worker's own (it closes it)
+        if adopted is not None and adopted.given_store is not None:
+            self._store = adopted.given_store  # the worker's own (it closes it)
         elif adopted is not None:
             self._store = None  # the worker opens [state] dir itself; shared below
         else:

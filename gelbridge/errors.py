@@ -7,6 +7,8 @@ AT-URI or record key, keys by their keyId.
 
 from __future__ import annotations
 
+from typing import Any
+
 
 class GelbridgeError(Exception):
     """Base of every error gelbridge raises on purpose.
@@ -17,6 +19,10 @@ class GelbridgeError(Exception):
     """
 
     kind: str = "bad_record"
+    #: a model call that failed after its stream began: the ``LuxResponse`` so far
+    #: (finish reason ``error``), and the diagnostics of the way (``ModelClient``)
+    partial: Any = None
+    diagnostics: list[Any] = []  # replaced per instance, never appended to
 
 
 class ConfigError(GelbridgeError):

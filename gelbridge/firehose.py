@@ -13,7 +13,7 @@ connection surfaces as :class:`~gelbridge.errors.PdsUnavailable`.
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncGenerator, Mapping
 from dataclasses import dataclass
 from typing import Any, Final, Literal, overload
 from urllib.parse import urlencode, urlsplit, urlunsplit
@@ -204,7 +204,7 @@ def subscribe_repos(
     collection_prefix: str = ...,
     markers: Literal[False] = ...,
     open_timeout: float = ...,
-) -> AsyncIterator[RepoEvent]: ...
+) -> AsyncGenerator[RepoEvent, None]: ...
 
 
 @overload
@@ -216,7 +216,7 @@ def subscribe_repos(
     collection_prefix: str = ...,
     markers: Literal[True],
     open_timeout: float = ...,
-) -> AsyncIterator[RepoEvent | StreamMarker]: ...
+) -> AsyncGenerator[RepoEvent | StreamMarker, None]: ...
 
 
 async def subscribe_repos(
@@ -227,7 +227,7 @@ async def subscribe_repos(
     collection_prefix: str = DEFAULT_PREFIX,
     markers: bool = False,
     open_timeout: float = 10.0,
-) -> AsyncIterator[Any]:
+) -> AsyncGenerator[Any, None]:
     """Record events from a PDS firehose, replaying events with seq > ``cursor``.
 
     With ``markers=True`` also yields :class:`StreamMarker`: ``#open`` once the websocket is

@@ -131,8 +131,9 @@ def from_firehose(message: Any, flt: RecordFilter) -> list[IncomingRecord]:
     header = getattr(message, "header", None)
     if header is not None:  # atproto_subscription.frames.MessageFrame / ErrorFrame
         body = getattr(message, "body", None)
-        if getattr(header, "t", None) is None and hasattr(body, "error"):
-            name, msg = body.error, getattr(body, "message", None)
+        name = getattr(body, "error", None)
+        if getattr(header, "t", None) is None and name is not None:
+            msg = getattr(body, "message", None)
             raise FirehoseError(f"firehose error frame {name}" + (f": {msg}" if msg else ""), error=name)
         if getattr(header, "t", None) != "#commit" or not isinstance(body, Mapping):
             return []
@@ -150,7 +151,7 @@ def _jetstream_v1(event: Mapping[str, Any], flt: RecordFilter) -> list[IncomingR
         return []
     commit = event.get("commit")
     did = event.get("did")
-    if not isinstance(commit, Mapping) or not flt.wants(did, commit.get("collection")):
+    if not isinstance(commit, Mapping) or not isinstance(did, str) or not flt.wants(did, commit.get("collection")):
         return []
     return _jetstream_record(did, commit, event.get("time_us"), flt)
 
@@ -216,7 +217,7 @@ def from_jetstream_event(event: Any, flt: RecordFilter) -> list[IncomingRecord]:
 
 def _jetstream_v2(body: Mapping[str, Any], flt: RecordFilter) -> list[IncomingRecord]:
     did = body.get("did")
-    if not flt.wants(did, body.get("collection")):
+    if not isinstance(did, str) or not flt.wants(did, body.get("collection")):
         return []
     return _jetstream_record(did, body, body.get("seq"), flt)
 

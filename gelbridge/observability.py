@@ -172,8 +172,9 @@ class Watched:
         sources = list(followed.values()) if followed is not None else []
         out = []
         for label, w in self._accounts():
-            pds = getattr(w, "pds", None)
-            logged_in = bool(getattr(w, "started", False)) and pds is not None and pds.session is not None
+            started = bool(getattr(w, "started", False))
+            pds = getattr(w, "pds", None) if started else None
+            logged_in = started and pds is not None and pds.session is not None
             mine = [s for s in sources if w.did in getattr(s, "dids", ())]
             connected = followed is None or (bool(mine) and all(s.connected.is_set() for s in mine))
             out.append((label, logged_in, connected))
@@ -188,12 +189,14 @@ class Watched:
             if sched is not None:
                 m.queue_depth.labels(label).set(sched.queued)
                 m.in_flight.labels(label).set(sched.running)
+            if not getattr(w, "started", False):
+                continue
             budget = getattr(getattr(w, "pds", None), "budget", None)
             if budget is not None and budget.remaining is not None:
                 m.points_remaining.labels(label).set(budget.remaining)
         relays: dict[str, Any] = {}
         for _label, w in self._accounts():
-            relay = getattr(getattr(w, "pds", None), "relay", None)
+            relay = getattr(getattr(w, "pds", None), "relay", None) if getattr(w, "started", False) else None
             if relay is not None:
                 relays[relay.host] = relay
         for host, relay in relays.items():

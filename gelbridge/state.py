@@ -45,16 +45,27 @@ from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, TypeGuard, get_args
 
 from gelbridge.errors import StateError, ToolJournalConflict
 
 DB_FILENAME = "gelbridge.db"
 
 ClaimStatus = Literal["pending", "streaming", "complete", "awaitingApproval", "error", "cancelled"]
-CLAIM_STATUSES: frozenset[str] = frozenset(
-    {"pending", "streaming", "complete", "awaitingApproval", "error", "cancelled"}
-)
+CLAIM_STATUSES: frozenset[str] = frozenset(get_args(ClaimStatus))
+
+
+def _is_claim_status(status: str) -> TypeGuard[ClaimStatus]:
+    return status in CLAIM_STATUSES
+
+
+def claim_status(status: str) -> ClaimStatus:
+    """``status`` as a claim status; ValueError for anything else (a reply status is one)."""
+    if not _is_claim_status(status):
+        raise ValueError(f"not a claim status: {status!r}")
+    return status
+
+
 #: Statuses after which a reply is never written again (PROTOCOL.md §4.1).
 FINISHED_STATUSES: frozenset[str] = frozenset({"complete", "awaitingApproval", "error", "cancelled"})
 UNFINISHED_STATUSES: frozenset[str] = frozenset({"pending", "streaming"})

@@ -123,8 +123,8 @@ def _attach(err: GelbridgeError, acc: StreamAccumulator, diags: list[Diagnostic]
     """Put the partial response on ``err`` (finish reason ``error``)."""
     if acc.error is None:
         acc.feed(ErrorEvent(LuxError(kind or getattr(err, "kind", "server_error"), str(err)[:300])))
-    err.partial = acc.result()  # type: ignore[attr-defined]
-    err.diagnostics = diags + acc.diagnostics  # type: ignore[attr-defined]
+    err.partial = acc.result()
+    err.diagnostics = diags + acc.diagnostics
     return err
 
 
@@ -348,8 +348,8 @@ class ModelClient:
         if resp.error is not None:
             err = ProviderError(f"provider reported an error: {resp.error.message[:300]}",
                                 kind=normalize_error_kind(str(resp.error.kind)))
-            err.partial = resp  # type: ignore[attr-defined]
-            err.diagnostics = list(conv.diagnostics)  # type: ignore[attr-defined]
+            err.partial = resp
+            err.diagnostics = list(conv.diagnostics)
             raise err
         return resp, conv.diagnostics
 

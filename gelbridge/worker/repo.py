@@ -35,7 +35,7 @@ Entry = tuple[str | None, dict[str, Any]]
 log = logging.getLogger("gelbridge.worker.repo")
 
 #: The records besides messages a turn reads, and their models.
-SIDE_RECORD_TYPES: dict[str, type] = {
+SIDE_RECORD_TYPES: dict[str, type[ConversationRecord] | type[SettingsRecord]] = {
     CONVERSATION_COLLECTION: ConversationRecord,
     SETTINGS_COLLECTION: SettingsRecord,
 }
@@ -43,6 +43,8 @@ SIDE_RECORD_TYPES: dict[str, type] = {
 
 class RecordSource(Protocol):
     async def get_record(self, collection: str, rkey: str, *, repo: str | None = None) -> tuple[str, dict[str, Any]] | None: ...
+
+    async def sync_get_record(self, collection: str, rkey: str, *, repo: str | None = None) -> bytes | None: ...
 
 
 class RepoView:

@@ -16,14 +16,15 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import deque
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
+from typing import Any
 
 from gelbridge.errors import where_it_failed
 from gelbridge.worker.turn import TurnJob, TurnReport
 
 log = logging.getLogger("gelbridge.worker.scheduler")
 
-RunTurn = Callable[[TurnJob], Awaitable[TurnReport]]
+RunTurn = Callable[[TurnJob], Coroutine[Any, Any, TurnReport]]
 CancelQueued = Callable[[TurnJob], Awaitable[None]]
 
 
@@ -131,8 +132,8 @@ class Scheduler:
                         self._running.pop(job.ask.reply_rkey, None)
                         self._jobs.pop(job.ask.reply_rkey, None)
                     self.completed += 1
-                    if not task.cancelled() and task.exception() is not None:
-                        exc = task.exception()
+                    exc = None if task.cancelled() else task.exception()
+                    if exc is not None:
                         log.error("turn %s crashed (%s)", job.ask.reply_rkey, where_it_failed(exc))
         finally:
             if not q:

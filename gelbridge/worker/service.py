@@ -99,9 +99,9 @@ class Worker:
         environ: Mapping[str, str] | None = None,
     ) -> None:
         self.settings = settings
-        self.keyring = keyring
-        self.store = store
-        self.pds = pds
+        self._keyring = keyring
+        self._store = store
+        self._pds = pds
         self.model = model
         self.registry = registry
         self.out = out
@@ -120,6 +120,31 @@ class Worker:
         self.metrics: Any = None  # gelbridge.observability.Metrics, when [observability] listen is set
         self.label = settings.account.identifier or ""
 
+    # --- what start() provides (given to the constructor, or opened there) --------------------
+
+    @property
+    def store(self) -> StateStore:
+        if self._store is None:
+            raise RuntimeError("the worker has no state store yet: call await worker.start() first")
+        return self._store
+
+    @property
+    def pds(self) -> PdsClient:
+        if self._pds is None:
+            raise RuntimeError("the worker is not logged in yet: call await worker.start() first")
+        return self._pds
+
+    @property
+    def keyring(self) -> Mapping[str, bytes]:
+        if self._keyring is None:
+            raise RuntimeError("the worker has no keyring yet: call await worker.start() first")
+        return self._keyring
+
+    @property
+    def given_store(self) -> StateStore | None:
+        """The state store, if one was given or opened already (None before start)."""
+        return self._store
+
     # --- start-up ---------------------------------------------------------------------------
 
     def _say(self, line: str) -> None:
@@ -134,13 +159,13 @@ class Worker:
             from gelbridge.observability import Metrics
 
             self.metrics = Metrics()
-        if self.store is None:
-            self.store = StateStore.open_dir(s.state_dir)
+        if self._store is None:
+            self._store = StateStore.open_dir(s.state_dir)
             self._owned.add("store")
-        if self.keyring is None:
-            self.keyring = load_keyring(s, self.environ)
-        if self.pds is None:
-            self.pds = await self._connect()
+        if self._keyring is None:
+            self._keyring = load_keyring(s, self.environ)
+        if self._pds is None:
+            self._pds = await self._connect()
             self._owned.add("pds")
         sess = self.pds.session
         assert sess is not None
@@ -519,8 +544,8 @@ class Worker:
                              self.opened.record(self.view.uri(claim.message_rkey), cid, value))
             except RecordError:
                 ask = None
-        if ask is not None and ask.reply_rkey == claim.reply_rkey:
-            await self._consider(claim.message_rkey, entry[0], entry[1], time.monotonic(), existing=_UNKNOWN)  # type: ignore[index]
+        if entry is not None and ask is not None and ask.reply_rkey == claim.reply_rkey:
+            await self._consider(claim.message_rkey, entry[0], entry[1], time.monotonic(), existing=_UNKNOWN)
             return
         # the message is gone or asks for another attempt now: close this reply
         reply = await self.view.get(claim.reply_rkey, fresh=True)
@@ -591,9 +616,9 @@ class Worker:
             await self.registry.aclose()
         if "model" in self._owned and self.model is not None:
             await self.model.aclose()
-        if "pds" in self._owned and self.pds is not None:
+        if "pds" in self._owned and self._pds is not None:
             await self.pds.aclose()
-        if "store" in self._owned and self.store is not None:
+        if "store" in self._owned and self._store is not None:
             self.store.close()
         self._owned.clear()
         self.started = False

@@ -77,9 +77,10 @@ from gelbridge.records.models import (
     Usage,
 )
 from gelbridge.sealing import content_of, open_blob, seal_blob
-from gelbridge.state import CallRef, TurnTiming
+from gelbridge.seams import ModelCaller, Repo
+from gelbridge.state import CallRef, StateStore, TurnTiming, claim_status
 from gelbridge.thread import previous_reply_rkey
-from gelbridge.tools import ToolCall, call_digest, execute_journaled, needs_approval, resolve_approvals
+from gelbridge.tools import ToolCall, ToolRegistry, call_digest, execute_journaled, needs_approval, resolve_approvals
 from gelbridge.tools.approval import WaitingCall
 from gelbridge.tools.journal import INTERRUPTED_OUTPUT
 from gelbridge.worker.decide import Ask, error_message, reply_error_kind
@@ -140,14 +141,14 @@ class TurnDeps:
     """What every turn of one account shares."""
 
     settings: Settings
-    pds: Any  # gelbridge.pds.PdsClient
+    pds: Repo
     did: str
     keyring: Mapping[str, bytes]
-    store: Any  # gelbridge.state.StateStore
+    store: StateStore
     view: RepoView
     opened: OpenedRecordCache
-    model: Any  # gelbridge.adapters.client.ModelClient
-    registry: Any = None  # gelbridge.tools.ToolRegistry | None
+    model: ModelCaller
+    registry: ToolRegistry | None = None
     side: SideRecords | None = None  # conversation/settings records, kept current by events
     blob_cache: OrderedDict[str, bytes] = field(default_factory=OrderedDict)
     metrics: Any = None  # gelbridge.observability.Metrics | None
@@ -803,7 +804,7 @@ async def run_turn(deps: TurnDeps, job: TurnJob) -> TurnReport:
             await asyncio.wait_for(asyncio.shield(asyncio.ensure_future(final)), timeout=15)
         else:
             await final
-        deps.store.update_claim_status(deps.did, job.ask.reply_rkey, status, error_kind)
+        deps.store.update_claim_status(deps.did, job.ask.reply_rkey, claim_status(status), error_kind)
     except ClaimConflict:
         # Someone else changed the reply since our last write: it is theirs now. Mark the
         # claim lost so recovery does not keep retrying a reply that is no longer ours.

@@ -283,7 +283,7 @@ class ReplyWriter:
             await self._put(value, swap=None, must_land=True)
         self.claim_ms += (time.perf_counter() - t0) * 1000
 
-    def adopt(self, cid: str, value: Mapping[str, Any]) -> None:
+    def adopt(self, cid: str | None, value: Mapping[str, Any]) -> None:
         """Take over an existing record (resume after a crash, or a stale claim)."""
         self.cid = cid
         self.status = value.get("status") if isinstance(value.get("status"), str) else None
