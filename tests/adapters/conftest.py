@@ -5,13 +5,13 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Callable, Iterator
 
 import pytest
-from adapter_helpers import SCRIPTS, settings_for
 
 from gelbridge.adapters.client import ModelClient
 from gelbridge.adapters.registry import AdapterRegistry
 from gelbridge.adapters.sandbox import SandboxLimits
 from gelbridge.config import Settings
 from gelbridge.dev.model_server import ModelServer
+from testkit.adapter_helpers import SCRIPTS, settings_for
 
 
 @pytest.fixture(scope="session")

@@ -7,7 +7,6 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from adapter_helpers import ask, settings_for
 
 from gelbridge.adapters.client import ModelClient
 from gelbridge.adapters.registry import AdapterRegistry
@@ -22,6 +21,7 @@ from gelbridge.dev.model_server import (
 )
 from gelbridge.errors import AdapterError, ConfigError, ProviderError
 from gelbridge.lux import LuxRequest, Message, Options, Text, ToolResult, ToolUse
+from testkit.adapter_helpers import ask, settings_for
 
 # ------------------------------------------------------------------ success
 

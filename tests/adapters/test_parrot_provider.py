@@ -6,8 +6,6 @@ import json
 from collections.abc import Callable
 
 import pytest
-from adapter_helpers import settings_for
-from parrot_server import ParrotServer
 
 from gelbridge.adapters.client import ModelClient
 from gelbridge.lux import (
@@ -24,6 +22,8 @@ from gelbridge.lux import (
     ToolResult,
     ToolUse,
 )
+from testkit.adapter_helpers import settings_for
+from testkit.parrot_server import ParrotServer
 
 
 @pytest.fixture

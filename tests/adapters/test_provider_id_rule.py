@@ -5,7 +5,6 @@ from __future__ import annotations
 import re
 
 import pytest
-from adapter_helpers import settings_for
 
 from gelbridge.adapters.client import ModelClient
 from gelbridge.adapters.registry import AdapterRegistry, builtin_adapters_dir
@@ -13,6 +12,7 @@ from gelbridge.adapters.sandbox import SandboxLimits
 from gelbridge.dev.model_server import ModelServer, ToolCall, Turn
 from gelbridge.errors import ConfigError
 from gelbridge.lux import LuxRequest, Message, Options, Text, ToolResult, ToolUse
+from testkit.adapter_helpers import settings_for
 
 
 @pytest.fixture(scope="module")

@@ -6,13 +6,13 @@ import json
 from pathlib import Path
 
 import pytest
-from adapter_helpers import SCRIPTS
 from typer.testing import CliRunner
 
 from gelbridge.cli import app
 from gelbridge.dev.model_server import ModelServer, ToolCall, Turn
 from gelbridge.records import MessageRecord, PlainContent
 from gelbridge.sealing import Keyring, open_content
+from testkit.adapter_helpers import SCRIPTS
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "conversation"
 RECORDS = EXAMPLE / "records.json"

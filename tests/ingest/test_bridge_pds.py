@@ -151,7 +151,7 @@ async def test_two_accounts_one_process_strictly_separated(dev_pds: DevPds, tmp_
 
 async def relay_to_jetstream(pds_url: str, srv: Any) -> None:
     """A miniature Jetstream: the PDS firehose (all repos) re-published as v1 JSON events."""
-    from .frames import jetstream_event
+    from testkit.frames import jetstream_event
 
     async with aclosing(subscribe_repos(pds_url, cursor=0, did_filter=None)) as stream:  # no live-start race
         async for ev in stream:
@@ -160,7 +160,7 @@ async def relay_to_jetstream(pds_url: str, srv: Any) -> None:
 
 
 async def test_single_account_served_from_jetstream_by_bridge_serve(dev_pds: DevPds, tmp_path: Path) -> None:
-    from .jetstream_server import JetstreamServer
+    from testkit.jetstream_server import JetstreamServer
 
     acct, other = new_account(dev_pds), new_account(dev_pds)
     kr = Keyring()

@@ -15,8 +15,7 @@ import pytest
 
 from gelbridge.bridge import AccountMixup, Bridge, BridgeClosed, BridgeOverloaded
 from gelbridge.config import Settings
-
-from .frames import MSG, commit_frame, jetstream_event, message_record
+from testkit.frames import MSG, commit_frame, jetstream_event, message_record
 
 A, B = "did:plc:aaaa", "did:plc:bbbb"
 DIDS = {"a.test": A, "b.test": B}

@@ -23,8 +23,7 @@ from gelbridge.ingest import (
     from_record,
 )
 from gelbridge.records import MessageRecord
-
-from .frames import MSG, commit_frame, jetstream_event, jetstream_text, message_record, other_frame
+from testkit.frames import MSG, commit_frame, jetstream_event, jetstream_text, message_record, other_frame
 
 ME = "did:plc:me"
 OTHER = "did:plc:other"

@@ -15,9 +15,8 @@ import pytest
 from gelbridge.ingest import IncomingRecord
 from gelbridge.jetstream import JetstreamSource, jetstream_cursor_key, rewound, subscribe_url
 from gelbridge.state import StateStore
-
-from .frames import MSG, jetstream_event, message_record
-from .jetstream_server import JetstreamServer
+from testkit.frames import MSG, jetstream_event, message_record
+from testkit.jetstream_server import JetstreamServer
 
 ME, OTHER = "did:plc:me", "did:plc:other"
 T0 = 1_764_500_000_000_000

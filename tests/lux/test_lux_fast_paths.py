@@ -12,7 +12,6 @@ import copy
 import json
 from dataclasses import replace
 
-import lux_strategies as S
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -33,6 +32,7 @@ from gelbridge.lux import (
     strip_foreign_provider_data,
 )
 from gelbridge.lux.models import read_plain_response, request_json
+from testkit import lux_strategies as S
 
 
 def generic_request_json(req: LuxRequest) -> dict:

@@ -5,8 +5,6 @@ from __future__ import annotations
 import dataclasses
 import json
 
-import lux_schema
-import lux_strategies as S
 import pytest
 from hypothesis import HealthCheck, given, settings
 
@@ -37,6 +35,8 @@ from gelbridge.lux import (
     decode_request,
     decode_response,
 )
+from testkit import lux_schema
+from testkit import lux_strategies as S
 
 SETTINGS = settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import lux_strategies as S
 from hypothesis import given, settings
 
 from gelbridge.lux import (
@@ -17,6 +16,7 @@ from gelbridge.lux import (
     ToolUse,
     strip_foreign_provider_data,
 )
+from testkit import lux_strategies as S
 
 ANTH = ProviderData("anthropic", "claude-x", {"signature": "sig"})
 ANTH_OTHER_MODEL = ProviderData("anthropic", "claude-y", {"signature": "sig2"})

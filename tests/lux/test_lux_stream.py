@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 
-import lux_schema
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -47,6 +46,7 @@ from gelbridge.lux import (
     event_from_json,
     strip_foreign_provider_data,
 )
+from testkit import lux_schema
 
 
 def run(events, **kw):

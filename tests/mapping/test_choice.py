@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import pytest
-from mapping_builders import T, reply, user
 
 from gelbridge.config import DefaultsConfig, ModelChoice
 from gelbridge.mapping import choose_turn
 from gelbridge.records import ConversationRecord, GenerationRequest, ModelRef, SettingsRecord
+from testkit.mapping_builders import T, reply, user
 
 GEN = ModelRef(provider="anthropic", id="gen")
 PREV = ModelRef(provider="openai", id="prev")

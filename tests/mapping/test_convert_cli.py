@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from mapping_builders import CONV, T, approve, assert_valid_request, call, check_tool_pairs, text
 from typer.testing import CliRunner
 
 from gelbridge.cli import app
@@ -17,6 +16,7 @@ from gelbridge.records import (
     SettingsRecord,
 )
 from gelbridge.sealing import Keyring, seal_content
+from testkit.mapping_builders import CONV, T, approve, assert_valid_request, call, check_tool_pairs, text
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "conversation"
 runner = CliRunner()

@@ -9,7 +9,11 @@ from __future__ import annotations
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from mapping_builders import (
+
+from gelbridge.mapping import build_request, waiting_calls
+from gelbridge.records import GenerationRequest, PlainContent
+from gelbridge.thread import walk_thread
+from testkit.mapping_builders import (
     approve,
     assert_valid_request,
     call,
@@ -21,10 +25,6 @@ from mapping_builders import (
     text,
     user,
 )
-
-from gelbridge.mapping import build_request, waiting_calls
-from gelbridge.records import GenerationRequest, PlainContent
-from gelbridge.thread import walk_thread
 
 
 @st.composite

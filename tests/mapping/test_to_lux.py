@@ -5,18 +5,6 @@ from __future__ import annotations
 import base64
 
 import pytest
-from mapping_builders import (
-    approve,
-    assert_valid_request,
-    call,
-    check_tool_pairs,
-    messages,
-    opened,
-    reply,
-    result,
-    text,
-    user,
-)
 
 from gelbridge.lux import ConversionStatus, Options, ProviderData, Text, Tool
 from gelbridge.mapping import (
@@ -38,6 +26,18 @@ from gelbridge.records import (
     UnknownPart,
 )
 from gelbridge.tools.approval import resolve_approvals
+from testkit.mapping_builders import (
+    approve,
+    assert_valid_request,
+    call,
+    check_tool_pairs,
+    messages,
+    opened,
+    reply,
+    result,
+    text,
+    user,
+)
 
 CID = "bafkreihdwdcefgh4dqkjv67uzcmw7ojee6xedzdetojuzjevtenxquvyku"
 CID2 = "bafkreie5737gdxlw5i64vzichcalba3z2v5n6icifvx5xytvske7mr3hpm"

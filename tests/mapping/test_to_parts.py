@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from mapping_builders import messages, opened, reply, result, text, user
-
 from gelbridge.lux import (
     Annotation,
     Choice,
@@ -29,6 +27,7 @@ from gelbridge.mapping import (
 )
 from gelbridge.records import PlainContent, TextPart, ToolCallPart, ToolResultPart
 from gelbridge.records import Usage as RUsage
+from testkit.mapping_builders import messages, opened, reply, result, text, user
 
 
 def resp(*content, finish="stop", usage=None) -> LuxResponse:

@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import pytest
 
 from gelbridge.errors import (
@@ -16,9 +13,7 @@ from gelbridge.errors import (
 )
 from gelbridge.records import GenerationRequest
 from gelbridge.thread import previous_reply_rkey, walk_thread
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "mapping"))
-from mapping_builders import reply, user  # noqa: E402
+from testkit.mapping_builders import reply, user  # noqa: E402
 
 
 def three_turns() -> dict:

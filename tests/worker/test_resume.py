@@ -5,14 +5,13 @@ from __future__ import annotations
 
 import asyncio
 
-from worker_fakes import DID, Clock, FakePds
-
 from gelbridge.records import MessageRecord, TextPart, ToolCallPart, ToolResultPart
 from gelbridge.records.models import ReasoningPart
 from gelbridge.sealing import Keyring, content_of
 from gelbridge.worker.repo import RepoView
 from gelbridge.worker.resume import resume_point, tool_steps
 from gelbridge.worker.writer import ReplyWriter
+from testkit.worker_fakes import DID, Clock, FakePds
 
 
 def call(cid: str, approval: str | None = None) -> ToolCallPart:

@@ -6,13 +6,13 @@ import asyncio
 from typing import Any
 
 import pytest
-from worker_fakes import DID, Clock, FakePds
 
 from gelbridge.errors import ClaimConflict
 from gelbridge.records import MessageRecord, TextPart
 from gelbridge.sealing import Keyring, content_of
 from gelbridge.worker.repo import RepoView
 from gelbridge.worker.writer import ReplyWriter
+from testkit.worker_fakes import DID, Clock, FakePds
 
 
 @pytest.fixture

@@ -2,16 +2,12 @@
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
 from gelbridge.dev.model_server import ModelServer
-
-sys.path.insert(0, str(Path(__file__).parent))
-import harness  # noqa: E402
+from testkit import builtin_harness as harness
 
 
 @pytest.fixture

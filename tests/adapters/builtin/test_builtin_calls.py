@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import json
 
-import harness
 import pytest
 
 from gelbridge.dev.model_server import CutStream, Fail, MalformedBody, MidStreamError, ToolCall, Turn
 from gelbridge.errors import ProviderError
 from gelbridge.lux import LuxRequest, Message, Options, Text, Thinking, Tool, ToolUse
+from testkit import builtin_harness as harness
 
 MODELS = {"openai": "gpt-4o", "anthropic": "claude-sonnet-4-5", "gemini": "gemini-2.5-flash",
           "ollama": "llama3.2", "deepseek": "deepseek-chat"}

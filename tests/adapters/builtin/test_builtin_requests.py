@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 
-import harness
 import pytest
 
 from gelbridge.dev.model_server import Turn
@@ -22,6 +21,7 @@ from gelbridge.lux import (
     ToolUse,
 )
 from gelbridge.lux.models import StructuredOutput
+from testkit import builtin_harness as harness
 
 TOOLS = [Tool("a", {"type": "object", "properties": {}}), Tool("b", {"type": "object", "properties": {}})]
 PNG = Media("image", "image/png", MediaSource("inline", "iVBORw0KGgo="))

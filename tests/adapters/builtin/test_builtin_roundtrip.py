@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import harness
 import pytest
 
 from gelbridge.dev.model_server import ToolCall, Turn
 from gelbridge.lux import LuxRequest, Message, Options, Text, Tool, ToolResult, ToolUse
+from testkit import builtin_harness as harness
 
 SIG = "c2lnLTE="
 MODELS = {"openai": "gpt-4o", "anthropic": "claude-sonnet-4-5", "gemini": "gemini-2.5-flash",

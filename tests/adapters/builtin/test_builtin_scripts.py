@@ -7,12 +7,12 @@ import json
 import re
 from pathlib import Path
 
-import harness
 import pytest
 
 from gelbridge.adapters import sandbox
 from gelbridge.adapters.host import load_adapter
 from gelbridge.adapters.sandbox import SandboxLimits
+from testkit import builtin_harness as harness
 
 LUXKIT = Path(sandbox.__file__).with_name("lua") / "luxkit.lua"
 

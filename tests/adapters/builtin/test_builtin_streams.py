@@ -5,9 +5,8 @@ from __future__ import annotations
 import json
 import re
 
-import harness
-
 from gelbridge.lux import Text, Thinking, ToolUse
+from testkit import builtin_harness as harness
 
 
 def oa(delta, finish=None, **extra):

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
 from typing import Any
 
 from gelbridge.mapping import OpenedMessage
@@ -17,9 +15,7 @@ from gelbridge.records import (
     ToolCallPart,
     ToolResultPart,
 )
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "lux"))
-import lux_schema  # noqa: E402
+from testkit import lux_schema
 
 CONV = "3mconvconvcv2"
 T = "2026-01-01T00:00:00.000Z"

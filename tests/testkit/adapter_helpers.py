@@ -8,7 +8,7 @@ from typing import Any
 from gelbridge.config import Settings
 from gelbridge.lux import LuxRequest, Message, Options, Text
 
-SCRIPTS = Path(__file__).parent / "scripts"
+SCRIPTS = Path(__file__).resolve().parents[1] / "adapters" / "scripts"
 
 
 def settings_for(**providers: dict[str, Any]) -> Settings:
