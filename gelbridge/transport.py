@@ -581,15 +581,29 @@ def _provider_fields(body: bytes) -> tuple[str | None, str | None, bool]:
     return (msg if isinstance(msg, str) else None), None, False
 
 
+#: ``(status, body) → {kind?, message?, code?} | None``: an adapter's reading of an error
+#: answer (the optional ``transform_error`` hook); None: the host's own parsing.
+ErrorHook = Callable[[int, bytes], "Mapping[str, str] | None"]
+
+
 def error_from_response(
-    status: int, body: bytes, headers: Mapping[str, str] | None, *, now: float | None = None
+    status: int, body: bytes, headers: Mapping[str, str] | None, *, now: float | None = None,
+    hook: ErrorHook | None = None,
 ) -> ProviderError:
-    """Map a non-2xx provider answer to a ``ProviderError`` (see module docstring)."""
+    """Map a non-2xx provider answer to a ``ProviderError`` (see module docstring).
+    ``hook`` (the adapter's ``transform_error``) may say what the body means; a field it
+    leaves out, or a hook that fails, falls back to the shapes the host knows."""
     h = _lower_headers(headers)
     kind = _kind_for_status(status)
     message, code, flagged = _provider_fields(body)
     if flagged and 400 <= status < 500 and status != 429:
         kind = "content_filter"
+    said = _hooked(hook, status, body)
+    if said:
+        if said.get("kind") in _HINTS:
+            kind = said["kind"]
+        message = said.get("message") or message
+        code = said.get("code") or code
     if 300 <= status < 400:
         loc = h.get("location", "")
         message = f"redirected to {_one_line(loc, 120)}" if loc else "redirected"
@@ -615,6 +629,16 @@ def error_from_response(
         text, kind=kind, status=status, retry_after=retry_after,
         provider_code=code[:100] if code else None,
     )
+
+
+def _hooked(hook: ErrorHook | None, status: int, body: bytes) -> Mapping[str, str] | None:
+    if hook is None:
+        return None
+    try:
+        return hook(status, body)
+    except Exception as e:  # noqa: BLE001 - a failing hook never hides the provider's answer
+        log.info("the adapter's transform_error failed (%s); reading the error body as usual", type(e).__name__)
+        return None
 
 
 # ======================================================================================
@@ -817,17 +841,19 @@ class ProviderTransport:
         *,
         deadline: float | None = None,
         timing: TransportTiming | None = None,
+        error_hook: ErrorHook | None = None,
     ) -> bytes:
-        """POST ``body``; return the JSON body of a 2xx answer, else raise ProviderError."""
+        """POST ``body``; return the JSON body of a 2xx answer, else raise ProviderError
+        (``error_hook``: the adapter's reading of an error answer)."""
         timing = timing if timing is not None else TransportTiming()
         start = time.monotonic()
         deadline_at = self._deadline_at(deadline)
         try:
             if deadline_at is None:
-                return await self._post_json(url, body, headers, timing, start, None)
+                return await self._post_json(url, body, headers, timing, start, None, error_hook)
             try:
                 async with asyncio.timeout_at(_loop_time_at(deadline_at)):
-                    return await self._post_json(url, body, headers, timing, start, deadline_at)
+                    return await self._post_json(url, body, headers, timing, start, deadline_at, error_hook)
             except TimeoutError:
                 raise ProviderError(
                     f"{_host(url)} did not finish within the {deadline_at - start:g}s deadline; "
@@ -837,7 +863,7 @@ class ProviderTransport:
 
     async def _post_json(self, url: str, body: bytes, headers: Mapping[str, str] | None,
                          timing: TransportTiming, start: float,
-                         deadline_at: float | None) -> bytes:
+                         deadline_at: float | None, error_hook: ErrorHook | None = None) -> bytes:
         attempt = 0
         while True:
             attempt += 1
@@ -847,7 +873,7 @@ class ProviderTransport:
                     timing.status = resp.status_code
                     if not 200 <= resp.status_code < 300:
                         raw = await _read_bounded(resp, self.max_error_body_bytes)
-                        raise error_from_response(resp.status_code, raw, resp.headers)
+                        raise error_from_response(resp.status_code, raw, resp.headers, hook=error_hook)
                     buf = bytearray()
                     async for chunk in resp.aiter_bytes():
                         if timing.ttfb is None:
@@ -878,11 +904,12 @@ class ProviderTransport:
         framing: Framing = "sse",
         *,
         deadline: float | None = None,
+        error_hook: ErrorHook | None = None,
     ) -> ProviderStream:
         """Start a streaming POST; iterate the result for payloads (see ProviderStream)."""
         if framing not in ("sse", "ndjson"):
             raise ValueError(f"framing must be 'sse' or 'ndjson', not {framing!r}")
-        return ProviderStream(self, url, body, headers, framing, self._deadline_at(deadline))
+        return ProviderStream(self, url, body, headers, framing, self._deadline_at(deadline), error_hook)
 
 
 def _loop_time_at(monotonic_at: float) -> float:
@@ -928,8 +955,9 @@ class ProviderStream:
 
     def __init__(self, transport: ProviderTransport, url: str, body: bytes,
                  headers: Mapping[str, str] | None, framing: Framing,
-                 deadline_at: float | None) -> None:
+                 deadline_at: float | None, error_hook: ErrorHook | None = None) -> None:
         self._t = transport
+        self._error_hook = error_hook
         self._url = url
         self._body = body
         self._headers = headers
@@ -984,7 +1012,8 @@ class ProviderStream:
                         timing.status = resp.status_code
                         if not 200 <= resp.status_code < 300:
                             raw = await _read_bounded(resp, t.max_error_body_bytes)
-                            raise error_from_response(resp.status_code, raw, resp.headers)
+                            raise error_from_response(resp.status_code, raw, resp.headers,
+                                                      hook=self._error_hook)
                         limit = t.max_response_bytes
                         ctype = resp.headers.get("content-type", "")
                         framing = self._framing

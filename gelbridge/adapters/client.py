@@ -329,7 +329,8 @@ class ModelClient:
                     provider: str, model: str, timing: ModelTiming) -> tuple[LuxResponse, list[Diagnostic]]:
         tt = TransportTiming()
         try:
-            raw = await transport.post_json(prep.url, prep.body.encode(), prep.headers, timing=tt)
+            raw = await transport.post_json(prep.url, prep.body.encode(), prep.headers, timing=tt,
+                                            error_hook=_error_hook(adapter))
         finally:
             _copy_timing(tt, timing)
         t0 = time.perf_counter()
@@ -369,7 +370,8 @@ class ModelClient:
         skipped_bad = 0
         what = f"adapter {adapter.name!r}: transform_stream_chunk"
         session = adapter.stream_session()
-        s = transport.stream(prep.url, prep.body.encode(), prep.headers, prep.framing)  # type: ignore[arg-type]
+        s = transport.stream(prep.url, prep.body.encode(), prep.headers, prep.framing,  # type: ignore[arg-type]
+                             error_hook=_error_hook(adapter))
         try:
             async with s:
                 async for data in s:
@@ -486,6 +488,11 @@ def _skipped_frame(data: str, diags: list[Diagnostic]) -> int:
         raise ProviderError(f"the provider sent an error event mid-stream"
                             f"{': ' + msg[:300] if isinstance(msg, str) else ''}", kind=kind)
     return 0
+
+
+def _error_hook(adapter: Adapter) -> Callable[[int, bytes], dict[str, str] | None] | None:
+    """The adapter's ``transform_error`` for the transport, when it defines one."""
+    return adapter.transform_error if adapter.has_transform_error else None
 
 
 def _span_response(sp: Any, resp: LuxResponse) -> None:

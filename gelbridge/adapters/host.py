@@ -267,6 +267,21 @@ class Adapter:
     def has_build_url(self) -> bool:
         return self._functions.get("build_url", False)
 
+    @property
+    def has_transform_error(self) -> bool:
+        return self._functions.get("transform_error", False)
+
+    def transform_error(self, status: int, body: bytes) -> dict[str, str] | None:
+        """The optional ``transform_error(status, body)`` hook: what a provider's error
+        answer means (``kind``, ``message``, ``code``, each optional), or None when the
+        hook is absent or returns nil: the host's own parsing of common error shapes
+        then applies (``transport.error_from_response``)."""
+        if not self.has_transform_error:
+            return None
+        with self._pool.runtime() as rt:
+            out = rt.call_error(status, body)
+        return None if out is None else {str(k): str(v) for k, v in json.loads(out).items()}
+
     def transform_request(self, request_json: str | bytes) -> str:
         """CompletionRequest JSON (text, or UTF-8 bytes) → the provider's request body."""
         return self._pool.call("transform_request", request_json)

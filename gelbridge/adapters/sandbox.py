@@ -265,6 +265,14 @@ class LuaSandbox:
         )
         return self._result("build_headers", status, value, allow_nil=True, expect="a table")
 
+    def call_error(self, status: int, body: bytes) -> str | None:
+        """Call ``adapter.transform_error(status, body)``; a JSON object text or None."""
+        dl, budget = self._budget()
+        status_, value = self._run(
+            self._invoke, "transform_error", b"error", b"transform_error", dl, budget, status, body,
+        )
+        return self._result("transform_error", status_, value, allow_nil=True, expect="a table")
+
     def call_url(self, model: str, stream: bool) -> str | None:
         """Call ``adapter.build_url(model, stream)``; returns a string or None."""
         dl, budget = self._budget()

@@ -254,3 +254,78 @@ async def test_an_adapter_md_script_sees_an_ndjson_stream_line_by_line(
     if stream:
         assert res.timing.chunks > 3  # one payload per NDJSON line, not one blob
         assert model_server.requests[-1].path == "/api/chat" and model_server.requests[-1].body["stream"] is True
+
+
+# ------------------------------------------------------------------ the adapter reads errors
+
+
+ERROR_HOOK = """
+function adapter.transform_error(status, body)
+  if string.find(body, "explode", 1, true) then error("the hook broke") end
+  local ok, doc = pcall(json.decode, body)
+  if not ok or type(doc) ~= "table" or type(doc.trouble) ~= "table" then return nil end
+  return { kind = "rate_limit", message = doc.trouble.what, code = doc.trouble.tag }
+end
+return adapter"""
+
+
+class OddErrors:
+    """A provider whose errors have a shape of their own (status 418, ``{"trouble": ...}``)."""
+
+    def __init__(self, body: bytes) -> None:
+        import threading
+        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+        answer = body
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:  # noqa: N802
+                self.rfile.read(int(self.headers["Content-Length"]))
+                self.send_response(418)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(answer)))
+                self.end_headers()
+                self.wfile.write(answer)
+
+            def log_message(self, *a: object) -> None: ...
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.mark.parametrize("stream", [True, False])
+async def test_an_adapter_reads_its_providers_error_body_with_transform_error(tmp_path: Path, stream: bool) -> None:
+    script = tmp_path / "odd.lua"
+    base = (Path(__file__).parent / "scripts" / "openai_md.lua").read_text().replace('name = "openai_md"',
+                                                                                    'name = "odd"')
+    script.write_text(base.replace("return adapter", ERROR_HOOK))
+    (tmp_path / "plain").mkdir()
+    (tmp_path / "plain" / "plain.lua").write_text(base.replace('name = "odd"', 'name = "plain"'))
+    reg = AdapterRegistry.load(None, [tmp_path, tmp_path / "plain"])
+    assert reg.get("odd").has_transform_error and not reg.get("plain").has_transform_error
+    got: dict[str, ProviderError] = {}
+    for case, body in (("read", b'{"trouble": {"what": "the quota is gone", "tag": "Q1"}}'),
+                       ("unknown shape", b'{"something": "else"}'), ("hook fails", b'{"explode": 1}')):
+        srv = OddErrors(body)
+        try:
+            for adapter in ("odd", "plain"):
+                settings = settings_for(p={"adapter": adapter, "base_url": srv.url, "max_retries": 0})
+                async with ModelClient(settings, registry=reg) as c:
+                    with pytest.raises(ProviderError) as e:
+                        await c.complete(ask(stream=stream), provider="p")
+                got[f"{case}/{adapter}"] = e.value
+        finally:
+            srv.close()
+    read = got["read/odd"]
+    assert (read.kind, read.provider_code, read.status) == ("rate_limit", "Q1", 418)
+    assert "the quota is gone" in str(read)
+    plain = got["read/plain"]  # the host's own parsing: it knows no "trouble" shape
+    assert plain.kind == "invalid_request" and "quota" not in str(plain) and plain.provider_code is None
+    for case in ("unknown shape", "hook fails"):  # nil, or an error in the hook: the host's parsing
+        assert got[f"{case}/odd"].kind == got[f"{case}/plain"].kind == "invalid_request"
+        assert str(got[f"{case}/odd"]) == str(got[f"{case}/plain"])

@@ -339,7 +339,7 @@ local function finish(ok, res)
 end
 
 local FUNCTIONS = { "transform_request", "transform_response", "transform_stream_chunk",
-  "build_headers", "build_url" }
+  "build_headers", "build_url", "transform_error" }
 local REQUIRED = { transform_request = true, transform_response = true }
 
 local function describe(a)
@@ -393,10 +393,29 @@ local function load_script(src, chunkname, dl, budget)
   return "ok", desc
 end
 
--- kind: "string" (transform_*: string in, string out), "headers", "url".
+-- kind: "string" (transform_*: string in, string out), "headers", "url", "error".
+local ERROR_FIELDS = { "kind", "message", "code" }
+
 local function invoke(kind, fname, dl, budget, a, b)
   local f = adapter and adapter[fname]
   if type(f) ~= "function" then return "missing", fname end
+  if kind == "error" then  -- transform_error(status, body) -> nil | {kind?, message?, code?}
+    begin(dl, budget)
+    local ok, res = raw_xpcall(f, handler, a, b)
+    local st, v = finish(ok, res)
+    if st then return st, v end
+    if res == nil then return "ok", nil end
+    if type(res) ~= "table" then return "type", type(res) end
+    local out = json.object()
+    for _, key in ipairs(ERROR_FIELDS) do
+      local val = res[key]
+      if val ~= nil then
+        if type(val) ~= "string" then return "type", "table with a non-string " .. key end
+        out[key] = val
+      end
+    end
+    return "ok", json.encode(out)
+  end
   if kind == "headers" then
     local meta = json.decode(a)
     begin(dl, budget)
