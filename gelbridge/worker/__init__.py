@@ -8,11 +8,14 @@
 - ``timing``: per-turn PDS read time;
 - ``turn``: one turn, from claim to final write;
 - ``scheduler``: per-conversation order, bounded concurrency, regeneration cancels;
-- ``sources``: firehose (durable cursor, reconnect; one or several accounts) and poll;
+- ``sources``: the event-source contract; firehose (durable cursor, reconnect; one or
+  several accounts) and poll;
 - ``intake``: the sources ``[watch]`` asks for, built for a set of workers, and where
-  their records, gaps and reconnects go: one intake for ``Worker.run`` and the ``Bridge``;
+  their records, gaps and reconnects go (for ``Bridge.run``, the one orchestrator);
 - ``service``: :class:`Worker` (start-up, ``handle_event``, backfill, recovery sweep,
-  the ``run`` loop, shutdown) and ``status_report``.
+  shutdown; ``run`` is ``Bridge.around(worker).run``);
+- ``status``: what ``gelbridge status`` shows, for every account;
+- ``offline``: the same turn on a record file (``gelbridge reply`` / ``convert``).
 
 See docs/worker.md.
 """

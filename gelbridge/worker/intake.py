@@ -1,17 +1,16 @@
-"""The one intake of ``gelbridge run`` (:meth:`Worker.run`, one account) and of the
-library's :class:`~gelbridge.bridge.Bridge` (many accounts): the event sources
-``[watch]`` asks for, built for a set of workers, and where their events, gaps and
-reconnects go.
+"""The one intake of :meth:`gelbridge.bridge.Bridge.run` (``gelbridge run``, one account
+or many) and of :meth:`Bridge.serve`: the event sources ``[watch]`` asks for, built by
+their own modules (``config.SOURCE_BUILDERS``) for a set of workers, and where their
+events, gaps and reconnects go.
 
-- ``firehose``: one :class:`FirehoseSource` per PDS host, carrying every account on it
-  (one, for ``gelbridge run``); ``poll``: one :class:`PollSource` per account;
-  ``jetstream``: one :class:`~gelbridge.jetstream.JetstreamSource` for all accounts.
-  Each has ``connected``, ``reconnects``, ``last_event_at`` and ``dids`` (what
-  ``/readyz`` and ``/metrics`` read: :class:`gelbridge.observability.Watched`).
-- Every record goes to one handler as an :class:`IncomingRecord` (the worker's
-  ``handle_event`` via :func:`deliver` for one account; ``Bridge.process``, which routes
-  by DID and checks the account, for many); it returns once the record's effects are
-  durable, so the source may move its cursor past it.
+- ``firehose``: one :class:`FirehoseSource` per PDS host, carrying every account on it;
+  ``poll``: one :class:`PollSource` per account; ``jetstream``: one
+  :class:`~gelbridge.jetstream.JetstreamSource` for all accounts. Each is an
+  :class:`~gelbridge.worker.sources.EventSource`.
+- Every record goes to one handler as an :class:`IncomingRecord` (``Bridge.process``,
+  which routes by DID and checks the account; :func:`deliver` hands it to the worker's
+  ``handle_event``); it returns once the record's effects are durable, so the source
+  may move its cursor past it.
 - A firehose gap (``OutdatedCursor``, a repo's ``#sync``, ``FutureCursor``) backfills the
   accounts it concerns (:func:`backfill_logged`); a reconnect of any source (firehose,
   Jetstream, a poll that works again) tells their workers (:meth:`Worker.reconnected`:
