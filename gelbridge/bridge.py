@@ -48,7 +48,7 @@ DID to another account's keyring or repo.
 **The one orchestrator.** :meth:`run` is ``gelbridge run``, for one account or many
 (``Worker.run`` is :meth:`run` around that one worker, :meth:`around`): start-up,
 backfill, the recovery sweeps, the ``[watch]`` sources
-(:func:`gelbridge.worker.intake.watch_sources`), health and metrics, and shutdown grace
+(:func:`gelbridge.worker.watch.watch_sources`), health and metrics, and shutdown grace
 are written once, here. Each account's backfill and sweep are its worker's
 (``Worker.backfill``, ``Worker.sweep_loop``); a library consumer that feeds records
 itself uses :meth:`start` and the ``feed_*`` methods instead of :meth:`run`.
@@ -79,7 +79,7 @@ from gelbridge.ingest import (
     from_record,
 )
 from gelbridge.state import StateStore
-from gelbridge.worker.intake import backfill_logged, deliver, run_until, stop_tasks, watch_sources
+from gelbridge.worker.watch import backfill_logged, deliver, run_until, stop_tasks, watch_sources
 
 log = logging.getLogger("gelbridge.bridge")
 
@@ -483,7 +483,7 @@ class Bridge:
         return [(name, src.run()) for name, src in self.build_sources().items()]
 
     def build_sources(self) -> dict[str, Any]:
-        """The ``[watch]`` sources for every account (``intake.watch_sources``), kept in
+        """The ``[watch]`` sources for every account (``watch.watch_sources``), kept in
         :attr:`sources`; each worker learns the one that carries its DID."""
         self.sources = dict(watch_sources(self.settings.watch, {c.label: c.worker for c in self._by_did.values()},
                                           self.store, self.process))

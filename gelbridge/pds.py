@@ -84,7 +84,7 @@ class Session:
 
 
 @dataclass(frozen=True)
-class RecordEntry:
+class ListedRecord:
     """One record of a listRecords page."""
 
     uri: str
@@ -101,7 +101,7 @@ class RecordEntry:
 class RecordPage:
     """A listRecords page; ``cursor`` is None on the last page."""
 
-    records: list[RecordEntry]
+    records: list[ListedRecord]
     cursor: str | None
 
 
@@ -464,7 +464,7 @@ class PdsClient:
             params["reverse"] = "true"
         data = await self._call("GET", "com.atproto.repo.listRecords", params=params, auth="optional")
         records = [
-            RecordEntry(uri=r["uri"], cid=r["cid"], value=r["value"]) for r in data.get("records", [])
+            ListedRecord(uri=r["uri"], cid=r["cid"], value=r["value"]) for r in data.get("records", [])
         ]
         next_cursor = data.get("cursor") if records else None
         return RecordPage(records=records, cursor=next_cursor or None)
@@ -477,7 +477,7 @@ class PdsClient:
         max_pages: int = 1000,
         reverse: bool = False,
         repo: str | None = None,
-    ) -> AsyncIterator[RecordEntry]:
+    ) -> AsyncIterator[ListedRecord]:
         """Every record of a collection, page by page, at most ``max_pages`` pages.
 
         If listRecords answers HTTP 500, the rest of the listing comes from the repo
@@ -507,7 +507,7 @@ class PdsClient:
 
     async def records_from_repo(
         self, collection: str, *, after: str | None = None, reverse: bool = False, repo: str | None = None
-    ) -> list[RecordEntry]:
+    ) -> list[ListedRecord]:
         """A collection's records from the ``sync.getRepo`` CAR, in listRecords order
         (rkey descending, ascending with ``reverse``), only those past the cursor ``after``.
         Values are in CBOR form (bytes and links as raw ``bytes``)."""
@@ -524,7 +524,7 @@ class PdsClient:
             rows = [e for e in rows if (e.uri.rkey > after if reverse else e.uri.rkey < after)]
         if not reverse:
             rows.reverse()
-        return [RecordEntry(uri=str(e.uri), cid=str(e.cid), value=e.value) for e in rows]
+        return [ListedRecord(uri=str(e.uri), cid=str(e.cid), value=e.value) for e in rows]
 
     async def put_record(
         self,

@@ -20,9 +20,9 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
-from gelbridge.adapters.hostapi import AdapterServices
 from gelbridge.adapters.ids import ToolCallIdRule
 from gelbridge.adapters.sandbox import LuaSandbox, SandboxLimits
+from gelbridge.adapters.script_services import AdapterServices
 from gelbridge.errors import AdapterError
 
 DEFAULT_ENDPOINT = "/chat/completions"

@@ -375,7 +375,7 @@ def Blob(accept: tuple[str, ...], max_size: int) -> Any:  # noqa: N802
 
 # --- defs: small objects ---------------------------------------------------------------------
 
-ProviderData = LexStr(100_000)
+ProviderDataText = LexStr(100_000)  # the opaque providerData string of a part (lux.ProviderData is the IR object)
 Effort = str  # knownValues none, low, medium, high, max (open)
 
 
@@ -422,7 +422,7 @@ class TextPart(LexObject):
 
     type: Literal["chat.gel.assistant.defs#textPart"] = _type_field(defs_type("textPart"))
     text: LexStr(500_000)
-    provider_data: ProviderData | None = None
+    provider_data: ProviderDataText | None = None
 
 
 class ReasoningPart(LexObject):
@@ -430,7 +430,7 @@ class ReasoningPart(LexObject):
 
     type: Literal["chat.gel.assistant.defs#reasoningPart"] = _type_field(defs_type("reasoningPart"))
     text: LexStr(500_000) | None = None
-    provider_data: ProviderData | None = None
+    provider_data: ProviderDataText | None = None
 
 
 class ImagePart(LexObject):
@@ -466,7 +466,7 @@ class ToolCallPart(LexObject):
     input: LexStr(200_000)
     approval: str | None = None  # knownValues pending, approved, denied (open)
     source: LexStr(1024) | None = None
-    provider_data: ProviderData | None = None
+    provider_data: ProviderDataText | None = None
 
 
 class ToolResultPart(LexObject):

@@ -10,7 +10,7 @@
 - ``scheduler``: per-conversation order, bounded concurrency, regeneration cancels;
 - ``sources``: the event-source contract; firehose (durable cursor, reconnect; one or
   several accounts) and poll;
-- ``intake``: the sources ``[watch]`` asks for, built for a set of workers, and where
+- ``watch``: the sources ``[watch]`` asks for, built for a set of workers, and where
   their records, gaps and reconnects go (for ``Bridge.run``, the one orchestrator);
 - ``service``: :class:`Worker` (start-up, ``handle_event``, backfill, recovery sweep,
   shutdown; ``run`` is ``Bridge.around(worker).run``);

@@ -13,7 +13,7 @@ Library use (a firehose/Jetstream consumer of your own feeds events in)::
 nothing is to be done): only then may a consumer advance its own cursor. Turns run in
 the background (:class:`~gelbridge.worker.scheduler.Scheduler`). ``run()`` is the
 ``gelbridge run`` loop: start, backfill, watch (firehose or poll), stop on a signal. Its
-sources are built by :mod:`gelbridge.worker.intake`, as the ``Bridge``'s are; the
+sources are built by :mod:`gelbridge.worker.watch`, as the ``Bridge``'s are; the
 upkeep both run per account is here: ``backfill``, ``recover_claims``, ``sweep_loop``,
 ``reconnected``.
 """
@@ -49,11 +49,11 @@ from gelbridge.records.models import ReplyError
 from gelbridge.sealing import Keyring
 from gelbridge.state import FINISHED_STATUSES, Claim, StateStore
 from gelbridge.worker.decide import Ask, ask_of, decide_existing_reply, error_message, peek_ask
-from gelbridge.worker.intake import stop_tasks
 from gelbridge.worker.repo import SIDE_RECORD_TYPES, Entry, RepoView, SideRecords
 from gelbridge.worker.scheduler import Scheduler
 from gelbridge.worker.sources import FirehoseSource, PollSource, firehose_cursor_key
 from gelbridge.worker.turn import WRITE_REFUSED, TurnDeps, TurnJob, TurnReport, run_turn, write_refused_reply
+from gelbridge.worker.watch import stop_tasks
 from gelbridge.worker.writer import ReplyWriter
 
 log = logging.getLogger("gelbridge.worker")

@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 
 from gelbridge.adapters.host import load_adapter
-from gelbridge.adapters.hostapi import AdapterServices
 from gelbridge.adapters.sandbox import LuaSandbox, SandboxLimits
+from gelbridge.adapters.script_services import AdapterServices
 from gelbridge.errors import AdapterError, AdapterLoadError
 
 FORBIDDEN_GLOBALS = [

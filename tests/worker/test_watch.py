@@ -1,4 +1,4 @@
-"""The intake shared by `gelbridge run` and the Bridge (gelbridge.worker.intake): which
+"""The intake shared by `gelbridge run` and the Bridge (gelbridge.worker.watch): which
 sources [watch] gives for a set of workers, and where gaps, reconnects and records go.
 Stand-in workers, no network (the sources are built, not run)."""
 
@@ -16,8 +16,8 @@ from gelbridge.errors import ConfigError
 from gelbridge.ingest import IncomingRecord
 from gelbridge.records.constants import MESSAGE_COLLECTION
 from gelbridge.state import StateStore
-from gelbridge.worker.intake import backfill_logged, deliver, run_until, stop_tasks, watch_sources
 from gelbridge.worker.sources import FirehoseSource, PollSource, firehose_cursor_key
+from gelbridge.worker.watch import backfill_logged, deliver, run_until, stop_tasks, watch_sources
 
 A, B, C = "did:plc:aaaa", "did:plc:bbbb", "did:plc:cccc"
 
@@ -81,7 +81,7 @@ async def test_a_gap_backfills_only_the_accounts_it_concerns_and_a_reconnect_tel
 
 
 async def test_a_failed_gap_backfill_is_logged_not_raised(store: Any, caplog: pytest.LogCaptureFixture) -> None:
-    caplog.set_level("INFO", logger="gelbridge.worker.intake")
+    caplog.set_level("INFO", logger="gelbridge.worker.watch")
     ws = {"a": StandIn(A, "http://h", fail=True), "b": StandIn(B, "http://h")}
     src = dict(watch_sources(WatchConfig(), ws, store, _ignore))["firehose-http://h"]
     await src._gap(None)

@@ -37,7 +37,7 @@ from gelbridge.worker.sources import EventSource, GapHandler, RecordHandler, Sou
 if TYPE_CHECKING:
     pass
 
-log = logging.getLogger("gelbridge.worker.intake")
+log = logging.getLogger("gelbridge.worker.watch")
 
 
 
