@@ -115,13 +115,6 @@ class _LexStrSchema:
         )
 
 
-def LexStr(max_bytes: int | None = None, max_graphemes: int | None = None) -> Any:  # noqa: N802
-    """A lexicon string with ``maxLength`` (UTF-8 bytes) and ``maxGraphemes`` limits."""
-    if max_bytes is None and max_graphemes is None:
-        return str
-    return Annotated[str, _LexStrSchema(max_bytes, max_graphemes)]
-
-
 # An atproto datetime as one anchored regex, run natively by pydantic-core (no Python
 # call): RFC 3339 with a timezone (not "-00:00"), and only real calendar dates/times
 # (year 0001-9999, day within its month, 29 February in leap years only, hours 00-23,
@@ -202,11 +195,6 @@ class _LexBytesSchema:
             bytes_validator(self.max_length),
             serialization=core_schema.plain_serializer_function_ser_schema(bytes_json),
         )
-
-
-def LexBytes(max_length: int) -> Any:  # noqa: N802
-    """A lexicon ``bytes`` field: raw bytes (CBOR) or ``{"$bytes": b64}`` (JSON) in."""
-    return Annotated[bytes, _LexBytesSchema(max_length)]
 
 
 CidLink = Annotated[str, BeforeValidator(decode_link), PlainSerializer(lambda c: {"$link": c})]
@@ -309,7 +297,7 @@ class LexObject(BaseModel):
     #: Fields gelbridge does not model, kept in JSON form. A typed extras dict runs the
     #: conversion only when a value has extras (a model validator would run on every
     #: object, ~0.3 µs each).
-    __pydantic_extra__: dict[str, _ExtraValue] = Field(init=False)  # type: ignore[assignment]
+    __pydantic_extra__: dict[str, _ExtraValue] = Field(init=False)
 
     @classmethod
     def from_value(cls, value: Any, *, uri: str | None = None) -> Self:
@@ -343,13 +331,13 @@ class BlobRef(LexObject):
 
     type: Literal["blob"] = Field(alias="$type")
     ref: CidLink
-    mime_type: LexStr(256)
+    mime_type: Annotated[str, _LexStrSchema(256, None)]
     size: NonNegInt
 
     @classmethod
     def of(cls, ref: str, mime_type: str, size: int) -> BlobRef:
         """Build a blob ref in code (``$type`` filled in)."""
-        return cls(type="blob", ref={"$link": ref}, mime_type=mime_type, size=size)
+        return cls.model_validate({"$type": "blob", "ref": {"$link": ref}, "mimeType": mime_type, "size": size})
 
 
 def _blob_limits(accept: tuple[str, ...], max_size: int) -> Any:
@@ -368,22 +356,17 @@ def _blob_limits(accept: tuple[str, ...], max_size: int) -> Any:
     return AfterValidator(check)
 
 
-def Blob(accept: tuple[str, ...], max_size: int) -> Any:  # noqa: N802
-    """A blob field with the lexicon's ``accept`` and ``maxSize``."""
-    return Annotated[BlobRef, _blob_limits(accept, max_size)]
-
-
 # --- defs: small objects ---------------------------------------------------------------------
 
-ProviderDataText = LexStr(100_000)  # the opaque providerData string of a part (lux.ProviderData is the IR object)
+ProviderDataText = Annotated[str, _LexStrSchema(100_000, None)]  # the opaque providerData string of a part (lux.ProviderData is the IR object)
 Effort = str  # knownValues none, low, medium, high, max (open)
 
 
 class ModelRef(LexObject):
     LEXICON_TYPE: ClassVar[str] = defs_type("modelRef")
 
-    provider: LexStr(128)
-    id: LexStr(256)
+    provider: Annotated[str, _LexStrSchema(128, None)]
+    id: Annotated[str, _LexStrSchema(256, None)]
 
 
 class GenerationRequest(LexObject):
@@ -394,7 +377,7 @@ class GenerationRequest(LexObject):
     attempt: Annotated[int, Ge(0), Le(1000)] = 0
     effort: Effort | None = None
     model: ModelRef | None = None
-    tools: Annotated[list[LexStr(128)], MaxLen(64)] | None = None
+    tools: Annotated[list[Annotated[str, _LexStrSchema(128, None)]], MaxLen(64)] | None = None
 
 
 class Usage(LexObject):
@@ -411,7 +394,7 @@ class ReplyError(LexObject):
     LEXICON_TYPE: ClassVar[str] = "chat.gel.assistant.message#error"
 
     kind: str
-    message: LexStr(3000)
+    message: Annotated[str, _LexStrSchema(3000, None)]
 
 
 # --- parts --------------------------------------------------------------------------------------
@@ -421,7 +404,7 @@ class TextPart(LexObject):
     LEXICON_TYPE: ClassVar[str] = defs_type("textPart")
 
     type: Literal["chat.gel.assistant.defs#textPart"] = _type_field(defs_type("textPart"))
-    text: LexStr(500_000)
+    text: Annotated[str, _LexStrSchema(500_000, None)]
     provider_data: ProviderDataText | None = None
 
 
@@ -429,7 +412,7 @@ class ReasoningPart(LexObject):
     LEXICON_TYPE: ClassVar[str] = defs_type("reasoningPart")
 
     type: Literal["chat.gel.assistant.defs#reasoningPart"] = _type_field(defs_type("reasoningPart"))
-    text: LexStr(500_000) | None = None
+    text: Annotated[str, _LexStrSchema(500_000, None)] | None = None
     provider_data: ProviderDataText | None = None
 
 
@@ -437,14 +420,14 @@ class ImagePart(LexObject):
     LEXICON_TYPE: ClassVar[str] = defs_type("imagePart")
 
     type: Literal["chat.gel.assistant.defs#imagePart"] = _type_field(defs_type("imagePart"))
-    image: Blob(("image/png", "image/jpeg", "image/webp", "image/gif"), 20_000_000)
-    alt: LexStr(10_000, 1_000) | None = None
+    image: Annotated[BlobRef, _blob_limits(("image/png", "image/jpeg", "image/webp", "image/gif"), 20_000_000)]
+    alt: Annotated[str, _LexStrSchema(10_000, 1_000)] | None = None
 
 
 class ExtractedText(LexObject):
     LEXICON_TYPE: ClassVar[str] = defs_type("extractedText")
 
-    text: Blob(("text/plain",), 20_000_000)
+    text: Annotated[BlobRef, _blob_limits(("text/plain",), 20_000_000)]
     method: str  # knownValues text, ocr (open)
 
 
@@ -452,8 +435,8 @@ class FilePart(LexObject):
     LEXICON_TYPE: ClassVar[str] = defs_type("filePart")
 
     type: Literal["chat.gel.assistant.defs#filePart"] = _type_field(defs_type("filePart"))
-    file: Blob(("*/*",), 50_000_000)
-    name: LexStr(1024) | None = None
+    file: Annotated[BlobRef, _blob_limits(("*/*",), 50_000_000)]
+    name: Annotated[str, _LexStrSchema(1024, None)] | None = None
     extracted: ExtractedText | None = None
 
 
@@ -461,11 +444,11 @@ class ToolCallPart(LexObject):
     LEXICON_TYPE: ClassVar[str] = defs_type("toolCallPart")
 
     type: Literal["chat.gel.assistant.defs#toolCallPart"] = _type_field(defs_type("toolCallPart"))
-    call_id: LexStr(256)
-    tool: LexStr(128)
-    input: LexStr(200_000)
+    call_id: Annotated[str, _LexStrSchema(256, None)]
+    tool: Annotated[str, _LexStrSchema(128, None)]
+    input: Annotated[str, _LexStrSchema(200_000, None)]
     approval: str | None = None  # knownValues pending, approved, denied (open)
-    source: LexStr(1024) | None = None
+    source: Annotated[str, _LexStrSchema(1024, None)] | None = None
     provider_data: ProviderDataText | None = None
 
 
@@ -473,19 +456,19 @@ class ToolResultPart(LexObject):
     LEXICON_TYPE: ClassVar[str] = defs_type("toolResultPart")
 
     type: Literal["chat.gel.assistant.defs#toolResultPart"] = _type_field(defs_type("toolResultPart"))
-    call_id: LexStr(256)
-    output: LexStr(500_000)
+    call_id: Annotated[str, _LexStrSchema(256, None)]
+    output: Annotated[str, _LexStrSchema(500_000, None)]
     is_error: bool = False
-    output_blob: Blob(("*/*",), 50_000_000) | None = None
+    output_blob: Annotated[BlobRef, _blob_limits(("*/*",), 50_000_000)] | None = None
 
 
 class ToolApprovalPart(LexObject):
     LEXICON_TYPE: ClassVar[str] = defs_type("toolApprovalPart")
 
     type: Literal["chat.gel.assistant.defs#toolApprovalPart"] = _type_field(defs_type("toolApprovalPart"))
-    call_id: LexStr(256)
+    call_id: Annotated[str, _LexStrSchema(256, None)]
     approved: bool
-    reason: LexStr(3000) | None = None
+    reason: Annotated[str, _LexStrSchema(3000, None)] | None = None
 
 
 class SourcePart(LexObject):
@@ -493,13 +476,13 @@ class SourcePart(LexObject):
 
     type: Literal["chat.gel.assistant.defs#sourcePart"] = _type_field(defs_type("sourcePart"))
     url: Uri
-    title: LexStr(3000, 300) | None = None
+    title: Annotated[str, _LexStrSchema(3000, 300)] | None = None
 
 
 class UnknownPart(LexObject):
     """A part whose ``$type`` gelbridge does not know: kept whole, written back as is."""
 
-    type: LexStr(512) = Field(alias="$type")
+    type: Annotated[str, _LexStrSchema(512, None)] = Field(alias="$type")
 
 
 KNOWN_PARTS: dict[str, type[LexObject]] = {
@@ -592,10 +575,10 @@ class EncryptedContent(LexObject):
     LEXICON_TYPE: ClassVar[str] = ENCRYPTED_CONTENT_TYPE
 
     type: Literal["chat.gel.assistant.defs#encryptedContent"] = _type_field(ENCRYPTED_CONTENT_TYPE)
-    scheme: LexStr(128)
-    key_id: LexStr(128)
-    nonce: LexBytes(64)
-    ciphertext: LexBytes(1_000_000)
+    scheme: Annotated[str, _LexStrSchema(128, None)]
+    key_id: Annotated[str, _LexStrSchema(128, None)]
+    nonce: Annotated[bytes, _LexBytesSchema(64)]
+    ciphertext: Annotated[bytes, _LexBytesSchema(1_000_000)]
     blobs: Annotated[list[BlobRef], MaxLen(100)] | None = None
 
     def __repr__(self) -> str:
@@ -630,7 +613,7 @@ Content = Annotated[EncryptedContent | PlainContent, _ContentSchema()]
 
 # --- records -------------------------------------------------------------------------------------
 
-_Tools = Annotated[list[LexStr(128)], MaxLen(64)]
+_Tools = Annotated[list[Annotated[str, _LexStrSchema(128, None)]], MaxLen(64)]
 
 
 #: A value whose compact JSON (raw bytes written as that many blanks) is this short is
@@ -696,9 +679,9 @@ class MessageRecord(_Record):
     LEXICON_TYPE: ClassVar[str] = MESSAGE_COLLECTION
 
     type: Literal["chat.gel.assistant.message"] = _type_field(MESSAGE_COLLECTION)
-    conversation: LexStr(512)
+    conversation: Annotated[str, _LexStrSchema(512, None)]
     role: str  # knownValues user, assistant (open)
-    parent: LexStr(512) | None = None
+    parent: Annotated[str, _LexStrSchema(512, None)] | None = None
     content: Content
     generation: GenerationRequest | None = None
     model: ModelRef | None = None
