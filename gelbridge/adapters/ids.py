@@ -175,13 +175,12 @@ def map_tool_call_ids(request: LuxRequest, ids: ToolCallIdMap) -> LuxRequest:
             content = []
             touched = False
             for b in item.content:
-                t = type(b)
-                if t is ToolUse:
+                if type(b) is ToolUse:
                     new = ids.map(b.id)
                     if new != b.id:
                         b = replace(b, id=new)
                         touched = True
-                elif t is ToolResult:
+                elif type(b) is ToolResult:
                     new = ids.map(b.tool_use_id)
                     if new != b.tool_use_id:
                         b = replace(b, tool_use_id=new)

@@ -177,7 +177,7 @@ class BlockStart:
     def to_json(self) -> dict[str, Any]:
         bt = self.block_type
         out: dict[str, Any] = {"event": "block_start", "index": self.index,
-                               "block_type": bt if type(bt) is str else bt.to_json()}
+                               "block_type": bt.to_json() if isinstance(bt, ToolCallStart) else bt}
         if self.item_index is not None:
             out["item_index"] = self.item_index
         return out
@@ -322,8 +322,10 @@ def event_from_json(o: Any) -> StreamEvent:
         ii = o.get("item_index")
         return BlockStart(_int(o, "index", "block_start"), bt, ii if type(ii) is int else None)
     if ev in ("block_end", "item_end", "block_discard"):
-        cls = {"block_end": BlockEnd, "item_end": ItemEnd, "block_discard": BlockDiscard}[ev]
-        return cls(_int(o, "index", ev))
+        index = _int(o, "index", ev)
+        if ev == "block_end":
+            return BlockEnd(index)
+        return ItemEnd(index) if ev == "item_end" else BlockDiscard(index)
     if ev == "conversation_start":
         m = o.get("meta") or {}
         if not isinstance(m, dict):
@@ -389,7 +391,7 @@ class _Block:
         self.discarded = True
 
 
-_DELTA_KIND = {TextDelta: "text", ThinkingDelta: "thinking", RefusalDelta: "refusal",
+_DELTA_KIND: dict[type, str] = {TextDelta: "text", ThinkingDelta: "thinking", RefusalDelta: "refusal",
                ToolArgumentsDelta: "tool_call", SignatureDelta: "thinking"}
 
 
@@ -445,36 +447,36 @@ class StreamAccumulator:
             b = self._blocks.get(ev.index)
             if b is None:
                 b = self._implicit_block(ev.index, td)
-            if td is TextDelta:
+            if type(d) is TextDelta:
                 if b.kind == "text":
                     b.parts.append(d.text)
                     b.discarded = False
                     return
-            elif td is ThinkingDelta:
+            elif type(d) is ThinkingDelta:
                 if b.kind == "thinking":
                     b.parts.append(d.text)
                     b.discarded = False
                     return
-            elif td is ToolArgumentsDelta:
+            elif type(d) is ToolArgumentsDelta:
                 if b.kind == "tool_call":
                     b.parts.append(d.arguments)
                     b.discarded = False
                     return
-            elif td is SignatureDelta:
+            elif type(d) is SignatureDelta:
                 if b.kind == "thinking":
                     b.sig.append(d.signature)
                     b.discarded = False
                     return
-            elif td is RefusalDelta:
+            elif type(d) is RefusalDelta:
                 if b.kind == "refusal" or (b.kind == "text" and not b.parts):
                     b.kind = "refusal"  # OpenAI sends refusals beside an empty text block
                     b.parts.append(d.text)
                     b.discarded = False
                     return
-            elif td is ProviderDataDelta:
+            elif type(d) is ProviderDataDelta:
                 self._on_provider_data(ev.index, b, d)
                 return
-            elif td is NativeDelta:
+            elif type(d) is NativeDelta:
                 self.native_events.append((ev.index, d))
                 self._note(f"block[{ev.index}].delta.native", ConversionStatus.UNSUPPORTED,
                            "native delta kept in native_events, not in the response")
@@ -521,7 +523,7 @@ class StreamAccumulator:
     def _on_block_start(self, ev: BlockStart) -> None:
         bt = ev.block_type
         old = self._blocks.get(ev.index)
-        if type(bt) is ToolCallStart:
+        if isinstance(bt, ToolCallStart):
             if old is not None and old.kind == "tool_call":
                 old.id, old.name = bt.id or old.id, bt.name or old.name
                 return
