@@ -257,6 +257,9 @@ class Bridge:
                     raise
                 if self._store is None:
                     self._store = worker.store
+                deps = getattr(worker, "deps", None)
+                if self.metrics is not None and deps is not None:  # started before: its turns count here too
+                    deps.metrics, deps.label = self.metrics, entry.label
                 ctx = AccountContext(entry.label, worker.did, acct, worker)
                 if ctx.did in self._by_did:
                     await worker.aclose(0)
@@ -310,11 +313,11 @@ class Bridge:
         await self.join(timeout=g)
         await stop_tasks(self._tasks)
         self._tasks = []
-        for ctx in list(self._by_did.values()):
-            try:
-                await ctx.worker.aclose(g)
-            except Exception as e:  # noqa: BLE001 - close the others anyway
-                log.error("closing account %s failed (%s)", ctx.label, type(e).__name__)
+        ctxs = list(self._by_did.values())  # together: the grace period is one, not one per account
+        closed = await asyncio.gather(*(c.worker.aclose(g) for c in ctxs), return_exceptions=True)
+        for ctx, res in zip(ctxs, closed):
+            if isinstance(res, Exception):
+                log.error("closing account %s failed (%s)", ctx.label, type(res).__name__)
         self._by_did.clear()
         if self._store is not None and self._adopted is None:
             self._store.close()
@@ -514,13 +517,8 @@ class Bridge:
             self._serving = True
             live = {n: s for n, s in sources.items() if s.live}
             tasks = [asyncio.create_task(s.run(), name=n) for n, s in live.items()]
-            if self.backfill_on_start:
-                ctxs = list(self._by_did.values())
-                reps = await asyncio.gather(*(c.worker.backfill() for c in ctxs))
-                for ctx, rep in zip(ctxs, reps):
-                    who = f" ({ctx.label})" if len(ctxs) > 1 else ""
-                    say(f"  backfill   {rep.messages} message(s) asking for replies, {rep.owed} owed, "
-                        f"{rep.resumed} unfinished resumed, {rep.unfinished_claims} claim(s) recovered{who}")
+            if self.backfill_on_start and not await self._backfill_all(stop, say):
+                return  # stopped during the backfill
             tasks += [asyncio.create_task(s.run(), name=n) for n, s in sources.items() if n not in live]
             say("ready: answering messages (Ctrl-C to stop)")
             if ready is not None:
@@ -529,6 +527,32 @@ class Bridge:
         finally:
             await stop_tasks(tasks, self.sources.values())
             await self.aclose()
+
+    async def _backfill_all(self, stop: asyncio.Event, say: Callable[[str], None]) -> bool:
+        """Every account's start-up backfill, at once; one that fails is logged and its
+        account served anyway (the recovery sweep retries what it owes), as a background
+        backfill is. False: ``stop`` was set first (the backfills are cancelled)."""
+        ctxs = list(self._by_did.values())
+        work = asyncio.ensure_future(asyncio.gather(*(c.worker.backfill() for c in ctxs), return_exceptions=True))
+        stopper = asyncio.ensure_future(stop.wait())
+        try:
+            await asyncio.wait({work, stopper}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            stopper.cancel()
+        if not work.done():
+            work.cancel()
+            await asyncio.gather(work, return_exceptions=True)
+            return False
+        for ctx, rep in zip(ctxs, work.result()):
+            who = f" ({ctx.label})" if len(ctxs) > 1 else ""
+            if isinstance(rep, BaseException):
+                log.error("account %s: start-up backfill failed (%s); the recovery sweep retries what it owes",
+                          ctx.label, type(rep).__name__)
+                say(f"  backfill   failed ({type(rep).__name__}); the recovery sweep retries{who}")
+                continue
+            say(f"  backfill   {rep.messages} message(s) asking for replies, {rep.owed} owed, "
+                f"{rep.resumed} unfinished resumed, {rep.unfinished_claims} claim(s) recovered{who}")
+        return True
 
     # --- synchronous use ---------------------------------------------------------------------------
 

@@ -83,7 +83,7 @@ class ChatClient:
     async def login(cls, settings: Settings, environ: Any) -> ChatClient:
         """Log in to the account of ``settings`` (the first ``[[accounts]]`` entry, or
         ``[account]``) with its app password and keyring."""
-        from gelbridge.identity import pds_url_of
+        from gelbridge.identity import check_session_did, pds_url_of
         from gelbridge.worker.service import load_keyring
 
         acct = settings.for_account(settings.accounts_list()[0]) if settings.accounts else settings
@@ -96,9 +96,11 @@ class ChatClient:
         ring = load_keyring(acct)
         if len(ring) == 0:
             raise ConfigError("the keyring holds no key: add one with 'gelbridge keys new --keyring FILE'")
-        pds = PdsClient(await pds_url_of(a.pds, a.identifier, acct.identity))
+        url, expected_did = await pds_url_of(a.pds, a.identifier, acct.identity)
+        pds = PdsClient(url)
         try:
-            await pds.login(a.identifier, password)
+            session = await pds.login(a.identifier, password)
+            check_session_did(session.did, expected_did, a.identifier, url)
         except BaseException:
             await pds.aclose()
             raise

@@ -136,7 +136,7 @@ async def _check_tools(settings: Settings, environ: Mapping[str, str], rep: Chec
 
 
 async def _check_login(acct: Settings, environ: Mapping[str, str], rep: CheckReport, *, label: str) -> None:
-    from gelbridge.identity import IdentityError, pds_url_of
+    from gelbridge.identity import IdentityError, check_session_did, pds_url_of
     from gelbridge.pds import PdsClient
 
     a = acct.account
@@ -147,7 +147,7 @@ async def _check_login(acct: Settings, environ: Mapping[str, str], rep: CheckRep
         rep.problems.append(f"{label} password_env: ${a.password_env} is not set; export an app password in it")
         return
     try:
-        url = await pds_url_of(a.pds, a.identifier, acct.identity)
+        url, expected_did = await pds_url_of(a.pds, a.identifier, acct.identity)
     except IdentityError as e:
         rep.problems.append(f"{label}: {e}")
         return
@@ -160,6 +160,11 @@ async def _check_login(acct: Settings, environ: Mapping[str, str], rep: CheckRep
         return
     except PdsError as e:
         rep.problems.append(f"{label}: the PDS at {url} does not answer ({type(e).__name__}): check pds = ...")
+        return
+    try:
+        check_session_did(session.did, expected_did, a.identifier, url)
+    except IdentityError as e:
+        rep.problems.append(f"{label}: {e}")
         return
     how = "" if a.pds else " (resolved from the identifier)"
     rep.lines.append(f"pds        {label}: {url}{how} logged in as {session.handle} ({session.did})")

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
+from urllib.parse import urlsplit
 
 import httpx
 
@@ -66,6 +67,11 @@ async def resolve_account(identifier: str, cfg: IdentityConfig) -> Resolved:
     pds = doc.get_pds_endpoint()
     if not pds:
         raise _fail(identifier, f"the DID document of {did} names no PDS (#atproto_pds service)")
+    parts = urlsplit(pds)
+    loopback = (parts.hostname or "") in ("localhost", "::1") or (parts.hostname or "").startswith("127.")
+    if parts.scheme != "https" and not (parts.scheme == "http" and loopback):
+        raise _fail(identifier, f"the DID document of {did} names a PDS that is not https ({pds}): the app "
+                                "password would travel in clear")
     log.info("resolved %s to %s on %s", identifier, did, pds)
     return Resolved(did=did, handle=named or handle, pds=pds.rstrip("/"))
 
@@ -79,9 +85,10 @@ async def _handle_to_did(handle: str, cfg: IdentityConfig) -> str:
         except httpx.HTTPError as e:
             raise _fail(handle, f"{cfg.handle_resolver} does not answer ({type(e).__name__})") from None
         try:
-            did = resp.json().get("did") if resp.status_code == 200 else None
+            body = resp.json() if resp.status_code == 200 else None
         except ValueError:
-            did = None
+            body = None
+        did = body.get("did") if isinstance(body, dict) else None
         if not isinstance(did, str):
             raise _fail(handle, f"{cfg.handle_resolver} does not know the handle (HTTP {resp.status_code})")
         return did
@@ -96,8 +103,18 @@ async def _handle_to_did(handle: str, cfg: IdentityConfig) -> str:
     return found
 
 
-async def pds_url_of(pds: str | None, identifier: str, cfg: IdentityConfig) -> str:
-    """``pds`` when the config sets it, else the resolved PDS of ``identifier``."""
+async def pds_url_of(pds: str | None, identifier: str, cfg: IdentityConfig) -> tuple[str, str | None]:
+    """``(PDS URL, the DID the session must have)``: ``pds`` when the config sets it (no
+    DID to expect), else the resolved PDS and DID of ``identifier``."""
     if pds:
-        return pds
-    return (await resolve_account(identifier, cfg)).pds
+        return pds, None
+    resolved = await resolve_account(identifier, cfg)
+    return resolved.pds, resolved.did
+
+
+def check_session_did(session_did: str, expected: str | None, identifier: str, pds_url: str) -> None:
+    """After a login on a resolved PDS: the session must be the account the DID document
+    is about, or nothing is served (or sent) as it."""
+    if expected is not None and session_did != expected:
+        raise IdentityError(f"the PDS at {pds_url} logged {identifier} in as {session_did}, not {expected} "
+                            "as its DID document says; not using it")

@@ -104,10 +104,16 @@ def _span(name: str, attributes: Mapping[str, Any] | None, client: bool) -> Iter
 
 
 def failed(sp: Any, kind: str) -> None:
-    """Mark ``sp`` failed with gelbridge's own word for it (``error.type``), never a message."""
+    """Mark ``sp`` failed with gelbridge's own word for it (``error.type``, one of the reply
+    error kinds or an exception class name of ours), never a message or a provider's word."""
     if sp is None:
         return
     from opentelemetry.trace import Status, StatusCode
 
-    sp.set_attribute("error.type", str(kind))
+    from gelbridge.worker.decide import REPLY_ERROR_KINDS
+
+    word = str(kind)
+    if word not in REPLY_ERROR_KINDS and not (word.isidentifier() and word[:1].isupper()):
+        word = "other"  # e.g. a provider's own error code passed through by an adapter
+    sp.set_attribute("error.type", word)
     sp.set_status(Status(StatusCode.ERROR))

@@ -58,7 +58,7 @@ class SandboxLimits:
 
 
 class HostServices(Protocol):
-    """What a runtime's ``log`` and ``http_*`` globals call (see ``hostapi.py``)."""
+    """What a runtime's ``log`` and ``http_*`` globals call (see ``script_services.py``)."""
 
     def log(self, level: bytes, message: bytes) -> None: ...
 

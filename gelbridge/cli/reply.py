@@ -92,7 +92,7 @@ async def _reply(records: Path, ring: Any, message: str, settings: Settings, str
                  show_content: bool) -> tuple[dict[str, Any], str, str | None]:
     from gelbridge.adapters.client import ModelClient
     from gelbridge.cli.records import _why_no_request
-    from gelbridge.worker.offline import NOT_RUN_OFFLINE, run_offline
+    from gelbridge.worker.offline import run_offline
 
     async with ModelClient(settings) as client:
         turn = await run_offline(records, message, ring, settings, model=client, stream=stream)
@@ -116,7 +116,7 @@ async def _reply(records: Path, ring: Any, message: str, settings: Settings, str
                      f"{f', reasoning {reasoning}' if reasoning is not None else ''}\n")
     lines.append(f"reply: at://{turn.did}/chat.gel.assistant.message/{turn.reply_rkey} status {value.get('status')}, "
                  f"finish {value.get('finishReason')}\n")
-    if NOT_RUN_OFFLINE and rep is not None and rep.steps > 1:
+    if rep is not None and rep.steps > 1:
         lines.append("tools: calls the worker would run were answered \"not run\" offline\n")
     lines += [f"diagnostic: {d.describe(show_content)}\n" for d in turn.diagnostics]
     failed = None

@@ -14,6 +14,7 @@ import asyncio
 import json
 import os
 import sys
+import threading
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Annotated, Any
@@ -123,9 +124,26 @@ def chat_command(
 
 
 async def _stdin_line(prompt: str) -> str | None:
+    """One line from stdin (None at its end), read in a daemon thread: Ctrl-C cancels the
+    wait at once (a ``to_thread`` read would hold the shutdown until Enter)."""
     sys.stdout.write(prompt)
     sys.stdout.flush()
-    line = await asyncio.to_thread(sys.stdin.readline)
+    loop = asyncio.get_running_loop()
+    got: asyncio.Future[str] = loop.create_future()
+
+    def deliver(line: str) -> None:
+        if not got.done():
+            got.set_result(line)
+
+    def read() -> None:
+        line = sys.stdin.readline()
+        try:
+            loop.call_soon_threadsafe(deliver, line)
+        except RuntimeError:  # the loop is gone: the chat ended meanwhile
+            pass
+
+    threading.Thread(target=read, name="chat-stdin", daemon=True).start()
+    line = await got
     return line.rstrip("\r\n") if line else None  # "": end of input
 
 

@@ -136,6 +136,11 @@ class RecordAuthority:
         value = self._value(reply_rkey.rsplit(".r", 1)[0])
         return _epoch(value.get("createdAt")) if value is not None else None
 
+    def decided_at(self, reply_rkey: str) -> float | None:
+        """As the worker would have judged them on seeing the answer: replaying an old
+        export does not make its approvals expire."""
+        return self.answered_at(reply_rkey)
+
 
 def _epoch(s: Any) -> float | None:
     if not isinstance(s, str):

@@ -33,7 +33,7 @@ from urllib.parse import urlsplit
 from gelbridge import tracing
 from gelbridge.config import Settings
 from gelbridge.errors import ClaimConflict, ConfigError, GelbridgeError, PdsAuthError, PdsError, RecordError
-from gelbridge.identity import resolve_account
+from gelbridge.identity import IdentityError, check_session_did, resolve_account
 from gelbridge.mapping import OpenedRecordCache
 from gelbridge.pds import PdsClient, RelayBudget, Session
 from gelbridge.records.constants import (
@@ -220,16 +220,31 @@ class Worker:
         store = self.store
         assert store is not None
         key = session_key(self.settings)
-        resolved = None if a.pds else await resolve_account(a.identifier, self.settings.identity)
-        pds_url = a.pds or resolved.pds  # type: ignore[union-attr]
+        saved = store.load_session(key)
+        expected_did: str | None = None
+        if a.pds:
+            pds_url = a.pds
+        else:
+            try:
+                resolved = await resolve_account(a.identifier, self.settings.identity)
+                pds_url, expected_did = resolved.pds, resolved.did
+            except IdentityError as e:
+                if saved is None or not saved.get("pds"):
+                    raise
+                # a PLC or DNS outage must not keep a restart from serving: the saved session
+                # names the PDS it was made on (and the session's DID is checked by the PDS)
+                log.warning("%s; using the saved session's PDS for now", e)
+                pds_url, expected_did = str(saved["pds"]), saved.get("did")
 
         def save(session: Session) -> None:
             store.save_session(key, {**session.to_dict(), "pds": pds_url})
 
         pds = PdsClient(pds_url, on_session_change=save)
-        saved = store.load_session(key)
         if saved is not None and saved.get("pds", pds_url) != pds_url:  # the account moved to another PDS
             log.info("the saved PDS session is for another PDS; logging in again")
+            saved = None
+        if saved is not None and expected_did is not None and saved.get("did") != expected_did:
+            log.info("the saved PDS session is for another account than the identifier names; logging in again")
             saved = None
         if saved is not None:
             try:
@@ -250,9 +265,7 @@ class Worker:
             )
         try:
             session = await pds.login(a.identifier, password)
-            if resolved is not None and session.did != resolved.did:
-                raise ConfigError(f"the PDS at {pds_url} logged {a.identifier} in as {session.did}, not "
-                                  f"{resolved.did} as its DID document says; not serving it")
+            check_session_did(session.did, expected_did, a.identifier, pds_url)
         except BaseException:
             await pds.aclose()
             raise
@@ -622,5 +635,5 @@ class Worker:
             self.store.close()
         self._owned.clear()
         self.started = False
-        tracing.flush()
+        await asyncio.to_thread(tracing.flush)  # bounded; off the loop: other accounts' turns go on
 

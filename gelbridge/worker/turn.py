@@ -33,7 +33,7 @@ from gelbridge.errors import (
     is_refused_write,
     where_it_failed,
 )
-from gelbridge.lux import ConversionStatus, Diagnostic, LuxRequest, LuxResponse, Options, StreamAccumulator
+from gelbridge.lux import ConversionStatus, Diagnostic, LuxResponse, Options, StreamAccumulator
 from gelbridge.mapping import (
     CallIds,
     OpenedMessage,
@@ -110,6 +110,9 @@ class CallAuthority(Protocol):
     def answered_at(self, reply_rkey: str) -> float | None:
         """When the message that ``reply_rkey`` answers was first seen."""
 
+    def decided_at(self, reply_rkey: str) -> float | None:
+        """The moment the approvals of ``reply_rkey`` are judged (None: now)."""
+
 
 class ClaimAuthority:
     """The worker's authority: its claims in the state store."""
@@ -130,6 +133,9 @@ class ClaimAuthority:
     def answered_at(self, reply_rkey: str) -> float | None:
         claim = self.store.get_claim(self.did, reply_rkey)
         return claim.created_at if claim is not None else None
+
+    def decided_at(self, reply_rkey: str) -> float | None:
+        return None  # the worker judges them as it sees them
 
 
 #: Runs tool calls for a turn: ``(calls, journal key id) → results by call id``.
@@ -190,7 +196,6 @@ class TurnReport:
     progress_writes: int = 0
     points: int = 0  # PDS write points of the reply's writes, claim included
     diagnostics: list[Diagnostic] = field(default_factory=list)  # of the turn and its last request
-    request: LuxRequest | None = None  # the last request sent to the model
 
 
 @dataclass
@@ -206,7 +211,6 @@ class TurnState:
     partial: Callable[[], list[Part]] | None = None  # the parts with the step in flight
     streaming: StreamAccumulator | None = None  # the step in flight (its usage is billed too)
     diagnostics: list[Diagnostic] = field(default_factory=list)  # what was lost or changed on the way
-    request: LuxRequest | None = None  # the last request sent to the model
     request_diagnostics: list[Diagnostic] = field(default_factory=list)  # of building that request
 
 
@@ -543,7 +547,8 @@ async def answer(deps: TurnDeps, job: TurnJob, state: TurnState, timer: _Timer) 
             outcome = resolve_approvals(
                 waiting, answers,
                 answered_at=_ts(deps.calls().answered_at(ask.reply_rkey)) or _now(),
-                asked_at=_ts(asked_at), now=_now(), ttl=settings.tools_settings.approval_ttl,
+                asked_at=_ts(asked_at), now=_ts(deps.calls().decided_at(ask.reply_rkey)) or _now(),
+                ttl=settings.tools_settings.approval_ttl,
             )
             ignored = [i.answer for i in outcome.ignored if i.why == "not_waiting"]
             approved = [ToolCall(c.call_id, c.tool, c.input, approved=True) for c in outcome.approved]
@@ -595,7 +600,7 @@ async def answer(deps: TurnDeps, job: TurnJob, state: TurnState, timer: _Timer) 
 
         state.partial = partial_parts
         state.streaming = acc
-        state.request, state.request_diagnostics = conv.value, list(conv.diagnostics)
+        state.request_diagnostics = list(conv.diagnostics)
         t0 = time.perf_counter()
         try:
             result = await deps.model.complete(conv.value, provider=provider, stream=deps.stream,
@@ -605,6 +610,9 @@ async def answer(deps: TurnDeps, job: TurnJob, state: TurnState, timer: _Timer) 
             full = False
         except _ReplyFull:
             response, full = acc.result(), True
+        except GelbridgeError as e:  # what the failed call lost on the way (gelbridge reply prints it)
+            state.diagnostics += e.diagnostics
+            raise
         finally:
             timer.model_ms += (time.perf_counter() - t0) * 1000
         state.streaming = None  # kept on failure: its usage is billed (run_turn)
@@ -763,7 +771,8 @@ async def run_turn(deps: TurnDeps, job: TurnJob) -> TurnReport:
         stop_reads(reads_token)
         log.warning("reply %s was taken over by someone else; dropping this turn", job.ask.reply_rkey)
         deps.store.update_claim_status(deps.did, job.ask.reply_rkey, "cancelled", "claim_lost")
-        return TurnReport("lost", "claim_lost", _timing(deps, job, "lost", queue_ms, start, timer), state.steps)
+        return TurnReport("lost", "claim_lost", _timing(deps, job, "lost", queue_ms, start, timer), state.steps,
+                          writer.progress_writes, writer.points)
     except Exception as e:  # noqa: BLE001 - every failure after the claim becomes an error reply
         parts = current_parts()
         if isinstance(e, TimeoutError) and turn_clock.expired():
@@ -832,7 +841,7 @@ async def run_turn(deps: TurnDeps, job: TurnJob) -> TurnReport:
     if cancelled is not None:
         raise cancelled
     return TurnReport(status, error_kind, timing, state.steps, writer.progress_writes, writer.points,
-                      state.diagnostics + state.request_diagnostics, state.request)
+                      state.diagnostics + state.request_diagnostics)
 
 
 WRITE_REFUSED = "write_refused"

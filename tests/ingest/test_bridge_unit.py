@@ -215,3 +215,34 @@ def test_duplicate_account_labels_are_a_config_error(tmp_path: Path) -> None:
     s = Settings.model_validate({"accounts": [{"pds": "http://x", "identifier": "a"}, {"pds": "http://y", "identifier": "a"}]})
     with pytest.raises(ConfigError, match="unique"):
         Bridge(s, worker_factory=StandInWorker)
+
+
+async def test_one_accounts_failed_backfill_is_logged_and_the_others_are_served(tmp_path: Path) -> None:
+    """``Bridge.run``'s start-up backfill: a failure is one line and that account is still
+    served (the sweep retries what it owes); a stop during the backfill cancels it."""
+    lines: list[str] = []
+    async with bridge(tmp_path) as b:
+        boom, ok = worker_of(b, A), worker_of(b, B)
+
+        async def fails() -> Any:
+            raise RuntimeError("PDS down")
+
+        boom.backfill = fails  # type: ignore[method-assign]
+        ok.backfill = lambda: asyncio.sleep(0, SimpleNamespace(messages=2, owed=1, resumed=0,  # type: ignore[method-assign]
+                                                                unfinished_claims=0))
+        assert await b._backfill_all(asyncio.Event(), lines.append) is True
+        assert any("backfill   failed (RuntimeError)" in line and "a.test" in line for line in lines)
+        assert any("2 message(s) asking for replies, 1 owed" in line and "b.test" in line for line in lines)
+
+        started = asyncio.Event()
+
+        async def slow() -> Any:
+            started.set()
+            await asyncio.sleep(30)
+
+        ok.backfill = slow  # type: ignore[method-assign]
+        stop = asyncio.Event()
+        task = asyncio.create_task(b._backfill_all(stop, lines.append))
+        await asyncio.wait_for(started.wait(), 5)
+        stop.set()
+        assert await asyncio.wait_for(task, 5) is False  # stopped, not waiting 30 s
