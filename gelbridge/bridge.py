@@ -66,7 +66,7 @@ from collections.abc import Awaitable, Callable, Coroutine, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
-from typing import IO, Any
+from typing import Any
 
 from gelbridge import tracing
 from gelbridge.config import Settings, load_config
@@ -78,6 +78,7 @@ from gelbridge.ingest import (
     from_jetstream_event,
     from_record,
 )
+from gelbridge.seams import Printer
 from gelbridge.state import StateStore
 from gelbridge.worker.watch import backfill_logged, deliver, run_until, stop_tasks, watch_sources
 
@@ -496,7 +497,7 @@ class Bridge:
         return self.sources
 
     async def run(self, stop: asyncio.Event, *, ready: asyncio.Event | None = None,
-                  out: IO[str] | None = None) -> None:
+                  out: Printer | None = None) -> None:
         """``gelbridge run``, for one account or many: log every account in, print what
         is served, follow the live sources (firehose, Jetstream) at once, backfill what
         is owed while they run (no gap between the two), then poll sources, say

@@ -40,6 +40,14 @@ class Repo(Protocol):
     async def upload_blob(self, data: bytes, mime: str = "application/octet-stream") -> dict[str, Any]: ...
 
 
+class Printer(Protocol):
+    """Where start-up lines go (a text stream: ``sys.stdout``, ``io.StringIO``, ...)."""
+
+    def write(self, s: str, /) -> int: ...
+
+    def flush(self) -> None: ...
+
+
 class ModelCaller(Protocol):
     """Sends a Lux IR request to a configured provider and returns its response."""
 

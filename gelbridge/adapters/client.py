@@ -122,7 +122,7 @@ def _attach(err: GelbridgeError, acc: StreamAccumulator, diags: list[Diagnostic]
             kind: str | None = None) -> GelbridgeError:
     """Put the partial response on ``err`` (finish reason ``error``)."""
     if acc.error is None:
-        acc.feed(ErrorEvent(LuxError(kind or getattr(err, "kind", "server_error"), str(err)[:300])))
+        acc.feed(ErrorEvent(LuxError(kind or err.kind or "server_error", str(err)[:300])))
     err.partial = acc.result()
     err.diagnostics = diags + acc.diagnostics
     return err

@@ -25,7 +25,6 @@ import orjson
 from gelbridge.adapters.ids import ToolCallIdMap, map_tool_call_ids
 from gelbridge.errors import AdapterError
 from gelbridge.lux import (
-    AgentAction,
     BlockDelta,
     BlockDiscard,
     BlockEnd,
@@ -116,19 +115,18 @@ def _user_content(blocks: list[Any], path: str, diags: list[Diagnostic]) -> str 
     parts: list[dict[str, Any]] = []
     media = False
     for j, b in enumerate(blocks):
-        t = type(b)
         p = f"{path}[{j}]"
-        if t is Text:
+        if type(b) is Text:
             texts.append(b.text)
             parts.append({"type": "text", "text": b.text})
             if b.annotations:
                 diags.append(Diagnostic(f"{p}.annotations", _UNS, "annotations are not sent"))
-        elif t is Media:
+        elif type(b) is Media:
             block = _media_block(b, p, diags)
             if block is not None:
                 parts.append(block)
                 media = True
-        elif t is Refusal:
+        elif type(b) is Refusal:
             texts.append(b.refusal)
             parts.append({"type": "text", "text": b.refusal})
             diags.append(Diagnostic(p, _DEG, "refusal sent as text"))
@@ -142,7 +140,7 @@ def _user_content(blocks: list[Any], path: str, diags: list[Diagnostic]) -> str 
 
 def _kind(b: Any) -> str:
     t = type(b)
-    if t is Media:
+    if type(b) is Media:
         return b.kind
     return {Text: "text", Thinking: "thinking", ToolUse: "tool_use", ToolResult: "tool_result",
             Refusal: "refusal"}.get(t, getattr(b, "tag", t.__name__.lower()))
@@ -168,14 +166,13 @@ def _assistant(msg: Message, path: str, provider: str, model: str,
     reasoning: list[str] = []
     calls: list[dict[str, Any]] = []
     for j, b in enumerate(msg.content):
-        t = type(b)
         p = f"{path}[{j}]"
-        if t is Text:
+        if type(b) is Text:
             texts.append(b.text)
             if b.provider_data is not None:
                 diags.append(Diagnostic(f"{p}.provider_data", _UNS,
                                         "provider data is not part of the completion format"))
-        elif t is Thinking:
+        elif type(b) is Thinking:
             pd = b.provider_data
             own = pd is not None and pd.owned_by(provider, model)
             if b.redacted:
@@ -189,16 +186,16 @@ def _assistant(msg: Message, path: str, provider: str, model: str,
             if b.signature is not None or (own and pd is not None and pd.data):
                 diags.append(Diagnostic(f"{p}.provider_data", _UNS, "thinking signatures and provider "
                                                                     "data are not part of the completion format"))
-        elif t is ToolUse:
+        elif type(b) is ToolUse:
             calls.append({"id": b.id, "type": "function",
                           "function": {"name": b.name, "arguments": b.arguments or "{}"}})
             if b.provider_data is not None:
                 diags.append(Diagnostic(f"{p}.provider_data", _UNS,
                                         "provider data is not part of the completion format"))
-        elif t is Refusal:
+        elif type(b) is Refusal:
             texts.append(b.refusal)
             diags.append(Diagnostic(p, _DEG, "refusal sent as text"))
-        elif t is Media:
+        elif type(b) is Media:
             diags.append(Diagnostic(p, _UNS, f"{b.kind} in an assistant message is not part of the "
                                              "completion format"))
         else:
@@ -275,7 +272,7 @@ def lux_to_completion_request(
             messages.append({"role": "system", "content": "\n\n".join(texts)})
     for i, item in enumerate(req.conversation):
         path = f"conversation[{i}].message.content"
-        if type(item) is AgentAction:
+        if not isinstance(item, Message):
             diags.append(Diagnostic(f"conversation[{i}]", _UNS,
                                     f"agent action ({item.kind}) is not part of the completion format"))
             continue
@@ -321,8 +318,8 @@ def lux_to_completion_request(
     if tc is not None:
         body["tool_choice"] = tc
     body["disable_thinking"] = _thinking_disabled(req)
-    r = req.reasoning
-    if r is not None and r.enabled and (r.effort is not None or r.budget_tokens is not None):
+    rc = req.reasoning
+    if rc is not None and rc.enabled and (rc.effort is not None or rc.budget_tokens is not None):
         diags.append(Diagnostic("reasoning", _DEG, "reasoning effort/budget is not part of the "
                                                    "completion format; only disable_thinking is sent"))
     # The Go host merges ExtraBody keys at the top level; these are the standard ones.
@@ -881,10 +878,9 @@ class LuxEventDecoder:
                 if d not in self.diagnostics:
                     self.diagnostics.append(d)
                 continue
-            t = type(ev)
-            if t is DoneEvent:
+            if type(ev) is DoneEvent:
                 self.done = True
-            elif t is FinishEvent:
+            elif type(ev) is FinishEvent:
                 self.finish_reason = ev.finish_reason
             out.append(ev)
         self.events_out += len(out)

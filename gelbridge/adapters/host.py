@@ -186,16 +186,18 @@ class StreamSession:
             raise AdapterError(f"adapter {adapter.name!r} has no transform_stream_chunk")
         self._adapter = adapter
         self._pool = adapter._pool
-        self._rt, self._overflow = self._pool.acquire_pinned()
-        self._state = self._rt._rt.table()
+        rt, self._overflow = self._pool.acquire_pinned()
+        self._rt: LuaSandbox | None = rt
+        self._state = rt._rt.table()
         # The sandbox's two-argument entry point passes (data, state) and keeps every
         # limit; a nil result is refused like any non-string.
-        self._call: Any = self._rt.stream_caller("transform_stream_chunk")
+        self._call: Any = rt.stream_caller("transform_stream_chunk")
 
     def chunk(self, data: str) -> str:
         if self._rt is None:
             raise AdapterError(f"adapter {self._adapter.name!r}: stream session already closed")
-        return self._call(data, self._state)  # type: ignore[no-any-return]
+        out: str = self._call(data, self._state)
+        return out
 
     def close(self) -> None:
         rt, self._rt = self._rt, None

@@ -270,6 +270,7 @@ def _redact(headers: Mapping[str, str]) -> dict[str, str]:
 
 
 class _Handler(BaseHTTPRequestHandler):
+    _headers_buffer: list[bytes]  # BaseHTTPRequestHandler's own (sent in one write below)
     protocol_version = "HTTP/1.1"
     server_version = "gelbridge-model-server/1"
     disable_nagle_algorithm = True
@@ -460,7 +461,12 @@ class _Handler(BaseHTTPRequestHandler):
             else:
                 self._send_bytes(200, item.body.encode(), "application/json", extra)
             return
-        turn = item if isinstance(item, Turn) else (item.turn or echo_turn(body))
+        if isinstance(item, Turn):
+            turn = item
+        elif isinstance(item, (CutStream, MidStreamError)):
+            turn = item.turn or echo_turn(body)
+        else:  # a Delay was unwrapped before: nothing else reaches here
+            turn = echo_turn(body)
         if not stream:
             payload = json.dumps(wire.render(turn, ctx), ensure_ascii=False).encode()
             if isinstance(item, CutStream):

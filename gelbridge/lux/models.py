@@ -526,7 +526,9 @@ class LuxRequest:
     schema_version: str = SCHEMA_VERSION
 
     def to_json(self) -> dict[str, Any]:
-        return request_json(self)
+        out = request_json(self)
+        assert out is not None  # None only when ``owner`` is given
+        return out
 
     def _json(self, model: str, map_id: Callable[[str], str] | None,
               owner: tuple[str, str] | None = None) -> dict[str, Any]:
@@ -552,6 +554,12 @@ class LuxRequest:
     @classmethod
     def from_json(cls, obj: Any) -> LuxRequest:
         return decode_request(obj).value
+
+
+def _first_result_id(item: ConversationItem) -> str:
+    """The call id of a single-result tool message (the run being reordered)."""
+    block = item.content[0] if isinstance(item, Message) and item.content else None
+    return block.tool_use_id if isinstance(block, ToolResult) else ""
 
 
 def request_json(req: LuxRequest, *, model: str | None = None,
@@ -595,42 +603,41 @@ def contents_json(blocks: list[Content], map_id: Callable[[str], str] | None = N
     out: list[dict[str, Any]] = []
     append = out.append
     for c in blocks:
-        t = type(c)
-        if t is Text:
-            pd = c.provider_data  # type: ignore[union-attr]
-            if c.annotations is None and pd is None:  # type: ignore[union-attr]
-                append({"type": "text", "text": c.text})  # type: ignore[union-attr]
+        if type(c) is Text:
+            pd = c.provider_data
+            if c.annotations is None and pd is None:
+                append({"type": "text", "text": c.text})
             else:
                 d = c.to_json()
                 if pd is not None:
                     d["provider_data"] = _pd_json(pd, owner)
                 append(d)
-        elif t is Thinking:
-            p: dict[str, Any] = {"text": c.text, "redacted": c.redacted}  # type: ignore[union-attr]
-            if c.signature is not None:  # type: ignore[union-attr]
-                p["signature"] = c.signature  # type: ignore[union-attr]
-            if c.summary is not None:  # type: ignore[union-attr]
-                p["summary"] = contents_json(c.summary, None, owner)  # type: ignore[union-attr]
+        elif type(c) is Thinking:
+            p: dict[str, Any] = {"text": c.text, "redacted": c.redacted}
+            if c.signature is not None:
+                p["signature"] = c.signature
+            if c.summary is not None:
+                p["summary"] = contents_json(c.summary, None, owner)
             d = {"type": "thinking", "thinking": p}
-            pd = c.provider_data  # type: ignore[union-attr]
+            pd = c.provider_data
             if pd is not None:
                 d["provider_data"] = _pd_json(pd, owner)
-            elif owner is not None and (c.signature is not None or c.redacted):  # type: ignore[union-attr]
+            elif owner is not None and (c.signature is not None or c.redacted):
                 raise _FOREIGN  # opaque state without a tag: no known producer
             append(d)
-        elif t is ToolUse:
-            cid = c.id if map_id is None else map_id(c.id)  # type: ignore[union-attr]
+        elif type(c) is ToolUse:
+            cid = c.id if map_id is None else map_id(c.id)
             d = {"type": "tool_use",
-                 "tool_use": {"id": cid, "name": c.name, "arguments": c.arguments}}  # type: ignore[union-attr]
-            pd = c.provider_data  # type: ignore[union-attr]
+                 "tool_use": {"id": cid, "name": c.name, "arguments": c.arguments}}
+            pd = c.provider_data
             if pd is not None:
                 d["provider_data"] = _pd_json(pd, owner)
             append(d)
-        elif t is ToolResult:
-            rid = c.tool_use_id if map_id is None else map_id(c.tool_use_id)  # type: ignore[union-attr]
+        elif type(c) is ToolResult:
+            rid = c.tool_use_id if map_id is None else map_id(c.tool_use_id)
             append({"type": "tool_result", "tool_result": {
-                "tool_use_id": rid, "content": contents_json(c.content, None, owner),  # type: ignore[union-attr]
-                "is_error": c.is_error}})  # type: ignore[union-attr]
+                "tool_use_id": rid, "content": contents_json(c.content, None, owner),
+                "is_error": c.is_error}})
         else:
             append(c.to_json())
     return out
@@ -1285,9 +1292,10 @@ class _Decoder:
             instructions = self.content_list(o["instructions"], "instructions")
         conversation = self.conversation(self.req_list(o, "conversation", "request"), "conversation")
         # system prompt lives in instructions: hoist leading text-only system messages
-        while conversation and type(conversation[0]) is Message and conversation[0].role == Role.SYSTEM \
-                and all(type(c) is Text for c in conversation[0].content):
-            instructions = (instructions or []) + conversation.pop(0).content
+        while conversation and isinstance(first := conversation[0], Message) and first.role == Role.SYSTEM \
+                and all(type(c) is Text for c in first.content):
+            conversation.pop(0)
+            instructions = (instructions or []) + first.content
         metadata = self.opt(o, "metadata", dict, "request")
         if metadata is not None and not all(isinstance(x, str) for x in metadata.values()):
             self.note("metadata", ConversionStatus.INVALID, "non-string values dropped")
@@ -1400,8 +1408,7 @@ def _canonical_tool_results(items: list[ConversationItem]) -> list[ConversationI
         rest = [c for c in item.content if type(c) is not ToolResult]
         if call_order:
             big = len(call_order)
-            out[run_start:] = sorted(
-                out[run_start:], key=lambda m: call_order.get(m.content[0].tool_use_id, big))
+            out[run_start:] = sorted(out[run_start:], key=lambda m: call_order.get(_first_result_id(m), big))
         if rest:
             out.append(Message(item.role, rest, item.phase))
             run_start = -1

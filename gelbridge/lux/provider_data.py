@@ -58,22 +58,21 @@ def _any_foreign_request(request: LuxRequest, provider: str, model: str) -> bool
 def _any_foreign(blocks: list[Content], provider: str, model: str) -> bool:
     """Whether ``_strip_list`` would change anything in ``blocks`` (no paths built)."""
     for b in blocks:
-        t = type(b)
-        if t is Text or t is ToolUse:
-            pd = b.provider_data  # type: ignore[union-attr]
+        if type(b) is Text or type(b) is ToolUse:
+            pd = b.provider_data
             if pd is not None and (pd.provider != provider or pd.model != model):
                 return True
-        elif t is Thinking:
-            pd = b.provider_data  # type: ignore[union-attr]
+        elif type(b) is Thinking:
+            pd = b.provider_data
             if pd is not None:
                 if pd.provider != provider or pd.model != model:
                     return True
-            elif b.signature is not None or b.redacted:  # type: ignore[union-attr]
+            elif b.signature is not None or b.redacted:
                 return True
-            elif b.summary and _any_foreign(b.summary, provider, model):  # type: ignore[union-attr]
+            elif b.summary and _any_foreign(b.summary, provider, model):
                 return True
-        elif t is ToolResult:
-            if b.content and _any_foreign(b.content, provider, model):  # type: ignore[union-attr]
+        elif type(b) is ToolResult:
+            if b.content and _any_foreign(b.content, provider, model):
                 return True
     return False
 
@@ -96,8 +95,7 @@ def _strip_list(
 def _strip_block(
     b: Content, path: str, provider: str, model: str, diags: list[Diagnostic]
 ) -> Content | None:
-    t = type(b)
-    if t is Thinking:
+    if type(b) is Thinking:
         pd = b.provider_data
         if pd is not None and pd.owned_by(provider, model):
             return b
@@ -115,18 +113,16 @@ def _strip_block(
             return None
         diags.append(Diagnostic(path, _DEGRADED,
                                 f"signature/provider_data {origin} removed; thinking text kept", came))
-        summary = b.summary
-        if summary:
-            summary = _strip_list(summary, f"{path}.thinking.summary", provider, model, diags)
-        return replace(b, signature=None, provider_data=None, summary=summary)
-    if t is Text or t is ToolUse:
+        kept = _strip_list(b.summary, f"{path}.thinking.summary", provider, model, diags) if b.summary else b.summary
+        return replace(b, signature=None, provider_data=None, summary=kept)
+    if type(b) is Text or type(b) is ToolUse:
         pd = b.provider_data
         if pd is None or pd.owned_by(provider, model):
             return b
         diags.append(Diagnostic(f"{path}.provider_data", _DEGRADED,
                                 "provider_data from another provider or model removed", f"{pd.provider}/{pd.model}"))
         return replace(b, provider_data=None)
-    if t is ToolResult:
+    if type(b) is ToolResult:
         content = _strip_list(b.content, f"{path}.tool_result.content", provider, model, diags)
         return b if content is b.content else replace(b, content=content)
     return b

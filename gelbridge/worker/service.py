@@ -27,7 +27,7 @@ import time
 from collections import defaultdict
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import IO, Any
+from typing import Any
 from urllib.parse import urlsplit
 
 from gelbridge import tracing
@@ -47,6 +47,7 @@ from gelbridge.records.constants import (
 )
 from gelbridge.records.models import ReplyError
 from gelbridge.sealing import Keyring
+from gelbridge.seams import Printer
 from gelbridge.state import FINISHED_STATUSES, Claim, StateStore
 from gelbridge.worker.decide import Ask, ask_of, decide_existing_reply, error_message, peek_ask
 from gelbridge.worker.repo import SIDE_RECORD_TYPES, Entry, RepoView, SideRecords
@@ -95,7 +96,7 @@ class Worker:
         pds: PdsClient | None = None,
         model: Any = None,
         registry: Any = None,
-        out: IO[str] | None = None,
+        out: Printer | None = None,
         environ: Mapping[str, str] | None = None,
     ) -> None:
         self.settings = settings
