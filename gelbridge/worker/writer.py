@@ -295,12 +295,12 @@ class ReplyWriter:
         """Schedule a ``streaming`` update if one is due (never blocks, never per token)."""
         if self.update_interval <= 0 or self.lost:
             return
-        gap = progress_gap(self.update_interval, self.pds, self.reserve_points)
-        if gap is None:
-            return  # a write budget runs low: keep it for claims and final writes
-        now = self._clock()
-        if now - self._last_progress < gap:
+        now = self._clock()  # called per stream event: the cheap test first (a gap is never shorter)
+        if now - self._last_progress < self.update_interval:
             return
+        gap = progress_gap(self.update_interval, self.pds, self.reserve_points)
+        if gap is None or now - self._last_progress < gap:
+            return  # a write budget runs low: keep it for claims and final writes
         if self._progress_task is not None and not self._progress_task.done():
             return
         parts = build_parts()
