@@ -703,7 +703,7 @@ class PdsClient:
                     continue
                 raise err
 
-        with tracing.span(f"pds {nsid.rsplit('.', 1)[-1]}", {"rpc.method": nsid, "server.address": self._host},
+        with tracing.span(f"pds {nsid.rsplit('.', 1)[-1]}", lambda: {"rpc.method": nsid, "server.address": self._host},
                           client=True):
             return await self._with_retries(attempt, what, retry=retry)
 

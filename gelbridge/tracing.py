@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 from gelbridge.errors import ConfigError
@@ -81,12 +81,19 @@ def shutdown() -> None:
     _tracer = _provider = None
 
 
-def span(name: str, attributes: Mapping[str, Any] | None = None, *, client: bool = False) -> Any:
+def active() -> bool:
+    """Whether traces are on in this process."""
+    return _tracer is not None
+
+
+def span(name: str, attributes: Mapping[str, Any] | Callable[[], Mapping[str, Any]] | None = None, *,
+         client: bool = False) -> Any:
     """A context manager: the current span's child named ``name`` (yields the span), or a
-    shared no-op yielding None while traces are off (the hot path: no allocation)."""
+    shared no-op yielding None while traces are off (the hot path: no allocation).
+    ``attributes`` may be a function, called only when traces are on."""
     if _tracer is None:
         return _NOOP
-    return _span(name, attributes, client)
+    return _span(name, attributes() if callable(attributes) else attributes, client)
 
 
 @contextlib.contextmanager

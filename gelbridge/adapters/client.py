@@ -299,7 +299,7 @@ class ModelClient:
             prep = self.prepare(request, provider=provider, stream=stream)
         timing.adapter_ms += (time.perf_counter() - t_start) * 1000
         model = request.model
-        with tracing.span(f"chat {model}", self._span_attributes(provider, model, prep), client=True) as sp:
+        with tracing.span(f"chat {model}", lambda: self._span_attributes(provider, model, prep), client=True) as sp:
             try:
                 if prep.stream:
                     resp, diags = await self._stream(adapter, transport, prep, provider, model, timing, on_event)

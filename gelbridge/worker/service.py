@@ -460,8 +460,10 @@ class Worker:
                                       resume_from=resume_from, takeover=takeover))
 
     async def _run_turn(self, job: TurnJob) -> TurnReport:
-        attrs = {"gelbridge.account": self.label, "gelbridge.reply.rkey": job.ask.reply_rkey,
-                 "gelbridge.reply.attempt": job.ask.attempt, "gelbridge.turn.resumed": job.resumed}
+        def attrs() -> dict[str, Any]:
+            return {"gelbridge.account": self.label, "gelbridge.reply.rkey": job.ask.reply_rkey,
+                    "gelbridge.reply.attempt": job.ask.attempt, "gelbridge.turn.resumed": job.resumed}
+
         with tracing.span("gelbridge.turn", attrs) as sp:
             report = await run_turn(self.deps, job)
             if sp is not None:
@@ -636,5 +638,6 @@ class Worker:
             self.store.close()
         self._owned.clear()
         self.started = False
-        await asyncio.to_thread(tracing.flush)  # bounded; off the loop: other accounts' turns go on
+        if tracing.active():
+            await asyncio.to_thread(tracing.flush)  # bounded; off the loop: other accounts' turns go on
 
