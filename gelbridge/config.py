@@ -122,6 +122,12 @@ class RepliesConfig(_Section):
     reserve_points: int = Field(100, ge=0)
 
 
+def is_loopback_host(host: str | None) -> bool:
+    """``localhost``, ``::1`` or 127.x: this machine (no relay crawls it; http is fine there)."""
+    h = (host or "").lower()
+    return h in ("localhost", "::1") or h.startswith("127.")
+
+
 class RelayConfig(_Section):
     """``[relay]``: a relay's per-host event limits, for a self-hosted PDS. Bluesky's relay
     takes 50 events/s, 2,600/h and 21,000/day from a new PDS host, and every record write
@@ -138,8 +144,7 @@ class RelayConfig(_Section):
             return self.limits == "on"
         host = (urlsplit(pds_url).hostname or "").lower()
         bluesky = host == "bsky.social" or host.endswith((".bsky.network", ".bsky.social"))
-        loopback = host in ("localhost", "::1") or host.startswith("127.")
-        return not (bluesky or loopback)
+        return not (bluesky or is_loopback_host(host))
 
 
 class ThreadConfig(_Section):

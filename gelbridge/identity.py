@@ -21,7 +21,7 @@ from urllib.parse import urlsplit
 
 import httpx
 
-from gelbridge.config import IdentityConfig
+from gelbridge.config import IdentityConfig, is_loopback_host
 from gelbridge.errors import ConfigError
 
 log = logging.getLogger("gelbridge.identity")
@@ -68,8 +68,7 @@ async def resolve_account(identifier: str, cfg: IdentityConfig) -> Resolved:
     if not pds:
         raise _fail(identifier, f"the DID document of {did} names no PDS (#atproto_pds service)")
     parts = urlsplit(pds)
-    loopback = (parts.hostname or "") in ("localhost", "::1") or (parts.hostname or "").startswith("127.")
-    if parts.scheme != "https" and not (parts.scheme == "http" and loopback):
+    if parts.scheme != "https" and not (parts.scheme == "http" and is_loopback_host(parts.hostname)):
         raise _fail(identifier, f"the DID document of {did} names a PDS that is not https ({pds}): the app "
                                 "password would travel in clear")
     log.info("resolved %s to %s on %s", identifier, did, pds)

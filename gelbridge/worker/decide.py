@@ -72,8 +72,9 @@ def peek_ask(collection: str, rkey: str, value: Mapping[str, Any] | None) -> Ask
 SlotDecision = Literal["done", "resume", "foreign", "takeover"]
 
 
-def _parse_time(s: str | None) -> float | None:
-    if not s:
+def parse_time(s: object) -> float | None:
+    """An atproto datetime as epoch seconds; None when absent or not a datetime."""
+    if not isinstance(s, str) or not s:
         return None
     try:
         return datetime.fromisoformat(s.replace("Z", "+00:00")).timestamp()
@@ -103,7 +104,7 @@ def decide_existing_reply(
     if ours:
         return "resume"
     if stale_after is not None and status in (STATUS_PENDING, STATUS_STREAMING):
-        at = _parse_time(value.get("updatedAt")) or _parse_time(value.get("createdAt"))
+        at = parse_time(value.get("updatedAt")) or parse_time(value.get("createdAt"))
         now = time.time() if now is None else now
         if at is not None and now - at > stale_after:
             return "takeover"

@@ -28,7 +28,6 @@ import tempfile
 from collections.abc import AsyncIterator, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from datetime import datetime
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -42,7 +41,7 @@ from gelbridge.records.io import RecordEntry, load_records
 from gelbridge.sealing import content_of
 from gelbridge.state import StateStore
 from gelbridge.tools import ToolCall, call_digest
-from gelbridge.worker.decide import peek_ask
+from gelbridge.worker.decide import parse_time, peek_ask
 from gelbridge.worker.turn import TurnDeps, TurnJob, TurnReport
 
 NOT_RUN_OFFLINE = "not run: tools are not run offline (gelbridge run would run this call)"
@@ -130,25 +129,16 @@ class RecordAuthority:
         value = self._value(reply_rkey)
         if value is None or value.get("status") != "awaitingApproval":
             return frozenset(), None
-        return self.made_here(reply_rkey), _epoch(value.get("updatedAt") or value.get("createdAt"))
+        return self.made_here(reply_rkey), parse_time(value.get("updatedAt") or value.get("createdAt"))
 
     def answered_at(self, reply_rkey: str) -> float | None:
         value = self._value(reply_rkey.rsplit(".r", 1)[0])
-        return _epoch(value.get("createdAt")) if value is not None else None
+        return parse_time(value.get("createdAt")) if value is not None else None
 
     def decided_at(self, reply_rkey: str) -> float | None:
         """As the worker would have judged them on seeing the answer: replaying an old
         export does not make its approvals expire."""
         return self.answered_at(reply_rkey)
-
-
-def _epoch(s: Any) -> float | None:
-    if not isinstance(s, str):
-        return None
-    try:
-        return datetime.fromisoformat(s.replace("Z", "+00:00")).timestamp()
-    except ValueError:
-        return None
 
 
 async def not_run_offline(deps: TurnDeps, job: TurnJob, calls: list[ToolCall],
