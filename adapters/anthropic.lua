@@ -26,7 +26,7 @@ local adapter = {
   headers = { ["anthropic-version"] = "2023-06-01" },
 }
 
--- Shared helpers are host code: luxkit (gelbridge/adapters/lua/luxkit.lua, see
+-- Shared helpers are host code: luxkit (gelbridge/_adapters/lua/luxkit.lua, see
 -- docs/adapters.md). Cached in locals: a call then costs no table lookup.
 local jdecode, jencode, jarray = json.decode, json.encode, json.array
 local error_kind, lux_error, lux_response, error_response =

@@ -1,7 +1,7 @@
 -- gelbridge built-in adapter: DeepSeek chat completions (Lux IR native).
 --
 -- OpenAI-compatible: the transforms are luxkit.openai_family("deepseek") (host code,
--- gelbridge/adapters/lua/luxkit.lua), shared with openai.lua. The flavor changes:
+-- gelbridge/_adapters/lua/luxkit.lua), shared with openai.lua. The flavor changes:
 --   * reasoning -> thinking {type = enabled|disabled} (+ reasoning_effort low/high/max);
 --     max_output_tokens is always max_tokens;
 --   * reasoning_content comes back as a thinking block tagged with provider_data, and

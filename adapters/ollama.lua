@@ -24,7 +24,7 @@ local adapter = {
   headers = {},
 }
 
--- Shared helpers are host code: luxkit (gelbridge/adapters/lua/luxkit.lua, see
+-- Shared helpers are host code: luxkit (gelbridge/_adapters/lua/luxkit.lua, see
 -- docs/adapters.md). Cached in locals: a call then costs no table lookup.
 local jdecode, jencode, jarray = json.decode, json.encode, json.array
 local concat = table.concat

@@ -2,7 +2,7 @@
 --
 -- Also serves OpenAI-compatible hosts (OpenRouter, Mistral, Groq, GitHub Models) by
 -- configuration (base_url). The transforms are luxkit.openai_family("openai") (host
--- code, gelbridge/adapters/lua/luxkit.lua), shared with deepseek.lua; this file holds
+-- code, gelbridge/_adapters/lua/luxkit.lua), shared with deepseek.lua; this file holds
 -- what is OpenAI's own: the metadata.
 -- Written for gelbridge (not derived from other adapters).
 

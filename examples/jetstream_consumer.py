@@ -22,8 +22,7 @@ from pathlib import Path
 
 import websockets
 
-from gelbridge import Bridge
-from gelbridge.jetstream import rewound, subscribe_url
+from gelbridge import Bridge, rewound, subscribe_url
 
 
 async def main(config: str, jetstream: str, cursor_file: str = "jetstream-cursor.json") -> None:

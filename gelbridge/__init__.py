@@ -1,9 +1,10 @@
 """gelbridge: an AI assistant for end-to-end encrypted chat records in an atproto repo.
 
 The public API is what ``__all__`` names (``docs/library.md`` teaches it; a test pins
-it): embedding the bridge in a firehose or Jetstream consumer, its configuration and
-errors, and the chat app's side for talking to a bot from code. Everything else is
-internal and may change between releases. Names load lazily: ``import gelbridge``
+it): embedding the bridge in a firehose or Jetstream consumer, one account's worker, the
+model client, their configuration and errors, and the chat app's side for talking to a
+bot from code; plus the Lux IR types in ``gelbridge.lux``. Every other module is private
+(its name, or its package's, starts with ``_``) and may change between releases. Names load lazily: ``import gelbridge``
 stays light for the CLI.
 """
 
@@ -16,39 +17,48 @@ __version__ = "0.1.0"
 
 #: public name → the module that defines it
 _EXPORTS = {
-    "Bridge": "gelbridge.bridge",
-    "BridgeOverloaded": "gelbridge.bridge",
-    "BridgeClosed": "gelbridge.bridge",
-    "AccountMixup": "gelbridge.bridge",
-    "IncomingRecord": "gelbridge.ingest",
-    "RecordFilter": "gelbridge.ingest",
-    "JetstreamSource": "gelbridge.jetstream",
-    "subscribe_url": "gelbridge.jetstream",
-    "rewound": "gelbridge.jetstream",
-    "Settings": "gelbridge.config",
-    "load_config": "gelbridge.config",
-    "GelbridgeError": "gelbridge.errors",
-    "ConfigError": "gelbridge.errors",
-    "FirehoseError": "gelbridge.errors",
-    "ChatClient": "gelbridge.chat_client",
-    "Keyring": "gelbridge.sealing",
+    "Bridge": "gelbridge._bridge",
+    "BridgeOverloaded": "gelbridge._bridge",
+    "BridgeClosed": "gelbridge._bridge",
+    "AccountMixup": "gelbridge._bridge",
+    "IncomingRecord": "gelbridge._ingest",
+    "RecordFilter": "gelbridge._ingest",
+    "JetstreamSource": "gelbridge._jetstream",
+    "subscribe_url": "gelbridge._jetstream",
+    "rewound": "gelbridge._jetstream",
+    "Settings": "gelbridge._config",
+    "load_config": "gelbridge._config",
+    "GelbridgeError": "gelbridge._errors",
+    "ConfigError": "gelbridge._errors",
+    "FirehoseError": "gelbridge._errors",
+    "ChatClient": "gelbridge._chat_client",
+    "Keyring": "gelbridge._sealing",
+    "Worker": "gelbridge._worker",
+    "ModelClient": "gelbridge._adapters.client",
+    "ModelResult": "gelbridge._adapters.client",
+    "ModelTiming": "gelbridge._adapters.client",
+    "ProviderError": "gelbridge._errors",
+    "AdapterError": "gelbridge._errors",
 }
 
 __all__ = [
-    "AccountMixup", "Bridge", "BridgeClosed", "BridgeOverloaded", "ChatClient", "ConfigError", "FirehoseError",
-    "GelbridgeError", "IncomingRecord", "JetstreamSource", "Keyring", "RecordFilter", "Settings", "load_config",
-    "rewound", "subscribe_url", "__version__",
+    "AccountMixup", "AdapterError", "Bridge", "BridgeClosed", "BridgeOverloaded", "ChatClient", "ConfigError",
+    "FirehoseError", "GelbridgeError", "IncomingRecord", "JetstreamSource", "Keyring", "ModelClient", "ModelResult",
+    "ModelTiming", "ProviderError", "RecordFilter", "Settings", "Worker", "load_config", "rewound", "subscribe_url",
+    "__version__",
 ]
 assert sorted(_EXPORTS) + ["__version__"] == __all__
 
 if TYPE_CHECKING:
-    from gelbridge.bridge import AccountMixup, Bridge, BridgeClosed, BridgeOverloaded
-    from gelbridge.chat_client import ChatClient
-    from gelbridge.config import Settings, load_config
-    from gelbridge.errors import ConfigError, FirehoseError, GelbridgeError
-    from gelbridge.ingest import IncomingRecord, RecordFilter
-    from gelbridge.jetstream import JetstreamSource, rewound, subscribe_url
-    from gelbridge.sealing import Keyring
+    from gelbridge._bridge import AccountMixup, Bridge, BridgeClosed, BridgeOverloaded
+    from gelbridge._chat_client import ChatClient
+    from gelbridge._config import Settings, load_config
+    from gelbridge._adapters.client import ModelClient, ModelResult, ModelTiming
+    from gelbridge._errors import AdapterError, ConfigError, FirehoseError, GelbridgeError, ProviderError
+    from gelbridge._ingest import IncomingRecord, RecordFilter
+    from gelbridge._jetstream import JetstreamSource, rewound, subscribe_url
+    from gelbridge._sealing import Keyring
+    from gelbridge._worker import Worker
 
 
 def __getattr__(name: str) -> object:

@@ -1,3 +1,3 @@
-from gelbridge.cli import main
+from gelbridge._cli import main
 
 main()

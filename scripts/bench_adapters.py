@@ -36,8 +36,8 @@ from typing import Any
 import httpx
 import orjson
 
-from gelbridge.adapters.client import ModelClient, _skipped_frame, provider_body
-from gelbridge.adapters.contract import (
+from gelbridge._adapters.client import ModelClient, _skipped_frame, provider_body
+from gelbridge._adapters.contract import (
     LUX_FORMAT,
     CompletionChunkDecoder,
     LuxEventDecoder,
@@ -45,11 +45,12 @@ from gelbridge.adapters.contract import (
     loads_json,
     lux_response_from_adapter,
 )
-from gelbridge.adapters.registry import AdapterRegistry, builtin_adapters_dir
-from gelbridge.config import Settings
-from gelbridge.dev import _wire_anthropic, _wire_gemini, _wire_ollama, _wire_openai
-from gelbridge.dev._wire_common import ToolCall, Turn, WireContext
-from gelbridge.dev.model_server import ModelServer
+from gelbridge._adapters.registry import AdapterRegistry, builtin_adapters_dir
+from gelbridge._config import Settings
+from gelbridge._dev import _wire_anthropic, _wire_gemini, _wire_ollama, _wire_openai
+from gelbridge._dev._wire_common import ToolCall, Turn, WireContext
+from gelbridge._dev.model_server import ModelServer
+from gelbridge._transport import NDJSONDecoder, SSEDecoder
 from gelbridge.lux import (
     LuxRequest,
     Message,
@@ -62,7 +63,6 @@ from gelbridge.lux import (
     ToolResult,
     ToolUse,
 )
-from gelbridge.transport import NDJSONDecoder, SSEDecoder
 
 ROOT = Path(__file__).resolve().parents[1]
 TEST_SCRIPTS = ROOT / "tests" / "adapters" / "scripts"
@@ -237,7 +237,7 @@ def main() -> None:
     args = ap.parse_args()
     registry = AdapterRegistry.load(builtin_adapters_dir(), [TEST_SCRIPTS])
     names = [n for n in registry.names() if n in WIRE]
-    from gelbridge.adapters.sandbox import resolve_engine
+    from gelbridge._adapters.sandbox import resolve_engine
 
     load0 = os.getloadavg()
     reqs = {n: RequestBench(registry.get(n), n) for n in names}

@@ -18,8 +18,8 @@ import json
 import sys
 import time
 
-from gelbridge.adapters import SandboxLimits
-from gelbridge.adapters.registry import AdapterRegistry, builtin_adapters_dir
+from gelbridge._adapters import SandboxLimits
+from gelbridge._adapters.registry import AdapterRegistry, builtin_adapters_dir
 from gelbridge.lux import LuxRequest, Message, Options, ProviderData, Text, Thinking, Tool, ToolResult, ToolUse
 
 N = 2000

@@ -33,20 +33,19 @@ import time
 
 import orjson
 
-from gelbridge.adapters.client import provider_body
-from gelbridge.adapters.contract import loads_json, lux_response_from_adapter
-from gelbridge.adapters.host import Adapter
-from gelbridge.adapters.registry import AdapterRegistry, builtin_adapters_dir
-from gelbridge.config import DefaultsConfig, ModelChoice
-from gelbridge.lux import Choice, LuxResponse, Message, Text, Thinking, ToolUse, Usage
-from gelbridge.mapping import (
+from gelbridge._adapters.client import provider_body
+from gelbridge._adapters.contract import loads_json, lux_response_from_adapter
+from gelbridge._adapters.host import Adapter
+from gelbridge._adapters.registry import AdapterRegistry, builtin_adapters_dir
+from gelbridge._config import DefaultsConfig, ModelChoice
+from gelbridge._mapping import (
     OpenedMessage,
     OpenedRecordCache,
     build_request,
     choose_turn,
     response_to_parts,
 )
-from gelbridge.records import (
+from gelbridge._records import (
     AtUri,
     GenerationRequest,
     MessageRecord,
@@ -57,11 +56,12 @@ from gelbridge.records import (
     ToolCallPart,
     ToolResultPart,
 )
-from gelbridge.records import (
+from gelbridge._records import (
     Usage as RUsage,
 )
-from gelbridge.sealing import Keyring, content_of, seal_content
-from gelbridge.thread import previous_reply_rkey, walk_thread
+from gelbridge._sealing import Keyring, content_of, seal_content
+from gelbridge._thread import previous_reply_rkey, walk_thread
+from gelbridge.lux import Choice, LuxResponse, Message, Text, Thinking, ToolUse, Usage
 
 DID = "did:plc:examplegelbridgedemo2345"
 COLL = "chat.gel.assistant.message"

@@ -1,4 +1,4 @@
-"""Benchmark the ingest filter (gelbridge.ingest) on one core.
+"""Benchmark the ingest filter (gelbridge._ingest) on one core.
 
 1. A mixed firehose stream where almost no event is ours (default 99.9% other repos and
    collections, like a relay or a busy PDS): events per second through
@@ -28,9 +28,9 @@ from typing import Any
 import libipld
 from atproto_subscription.frames import Frame
 
-from gelbridge.ingest import RecordFilter, from_firehose, from_firehose_frame, from_jetstream_event
-from gelbridge.records.codec import to_json_form
-from gelbridge.records.io import block_cid, encode_car
+from gelbridge._ingest import RecordFilter, from_firehose, from_firehose_frame, from_jetstream_event
+from gelbridge._records.codec import to_json_form
+from gelbridge._records.io import block_cid, encode_car
 
 MSG = "chat.gel.assistant.message"
 ME = "did:plc:benchmarkaccount0000000"

@@ -15,8 +15,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from gelbridge.adapters.host import load_adapter
-from gelbridge.adapters.sandbox import SandboxLimits, available_engines
+from gelbridge._adapters.host import load_adapter
+from gelbridge._adapters.sandbox import SandboxLimits, available_engines
 
 ROOT = Path(__file__).resolve().parent.parent
 IDENTITY = ROOT / "tests" / "adapters_host" / "scripts" / "identity.lua"

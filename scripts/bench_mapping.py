@@ -24,10 +24,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import bench_core  # noqa: E402
 
-from gelbridge.mapping import OpenedMessage, build_request, choose_turn, response_to_parts  # noqa: E402
-from gelbridge.records import MessageRecord  # noqa: E402
-from gelbridge.sealing import Keyring, content_of  # noqa: E402
-from gelbridge.thread import previous_reply_rkey, walk_thread  # noqa: E402
+from gelbridge._mapping import OpenedMessage, build_request, choose_turn, response_to_parts  # noqa: E402
+from gelbridge._records import MessageRecord  # noqa: E402
+from gelbridge._sealing import Keyring, content_of  # noqa: E402
+from gelbridge._thread import previous_reply_rkey, walk_thread  # noqa: E402
 
 
 def median_us(fn, n: int) -> float:

@@ -27,10 +27,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from gelbridge.cli import records as cli_records
-from gelbridge.records import MESSAGE_COLLECTION, AtUri, PlainContent, TextPart, new_tid, now_datetime
-from gelbridge.records.io import load_records
-from gelbridge.sealing import Keyring, open_record, seal_content
+from gelbridge._cli import records as cli_records
+from gelbridge._records import MESSAGE_COLLECTION, AtUri, PlainContent, TextPart, new_tid, now_datetime
+from gelbridge._records.io import load_records
+from gelbridge._sealing import Keyring, open_record, seal_content
 
 DID = "did:plc:benchopen0000000000000"
 

@@ -6,7 +6,7 @@ thread's CPU clock instead of the wall clock: steadier on a busy machine (time s
 waiting for the CPU is not counted).
 
 ``--against=DIR`` (a checkout, e.g. ``git worktree add /tmp/base HEAD``) instead compares
-``open_content`` of DIR's ``gelbridge/sealing.py`` with this tree's, in one process and in
+``open_content`` of DIR's ``gelbridge/_sealing.py`` with this tree's, in one process and in
 alternating batches (so a slow spell hits both alike), and prints both medians and the
 median of the paired differences. Only ``sealing.py`` comes from DIR: the models are
 this tree's.
@@ -29,7 +29,7 @@ from collections.abc import Callable
 
 import libipld
 
-from gelbridge.records import (
+from gelbridge._records import (
     GenerationRequest,
     MessageRecord,
     ModelRef,
@@ -40,7 +40,7 @@ from gelbridge.records import (
     ToolResultPart,
     Usage,
 )
-from gelbridge.sealing import Keyring, content_of, open_content, seal_content
+from gelbridge._sealing import Keyring, content_of, open_content, seal_content
 
 URI = "at://did:plc:examplegelbridgedemo2345/chat.gel.assistant.message/3mabcdefghij2"
 REPLY_URI = URI + ".r0"
@@ -53,7 +53,7 @@ def _cbor_form(json_form: dict, content) -> dict:  # noqa: ANN001
 
 def compare(against: str, cases: dict[str, PlainContent], timer: Callable[[], float], rounds: int = 41) -> None:
     """Interleaved A/B of ``open_content``: ``against``'s sealing.py vs this tree's."""
-    spec = importlib.util.spec_from_file_location("_sealing_against", f"{against}/gelbridge/sealing.py")
+    spec = importlib.util.spec_from_file_location("_sealing_against", f"{against}/gelbridge/_sealing.py")
     assert spec is not None and spec.loader is not None
     other = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = other  # dataclasses look their module up

@@ -13,7 +13,7 @@ import statistics
 import time
 from types import SimpleNamespace
 
-from gelbridge import tracing
+from gelbridge import _tracing as tracing
 
 PDS_CALLS, MODEL_CALLS, TOOLS = 6, 2, 1
 

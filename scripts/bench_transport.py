@@ -14,7 +14,7 @@ import json
 import statistics
 import time
 
-from gelbridge.transport import NDJSONDecoder, SSEDecoder
+from gelbridge._transport import NDJSONDecoder, SSEDecoder
 
 EVENTS = 2000
 RUNS = 41

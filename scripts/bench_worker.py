@@ -23,13 +23,13 @@ import tempfile
 import time
 from pathlib import Path
 
-from gelbridge.config import Settings
-from gelbridge.dev.model_server import ModelServer
-from gelbridge.dev.pds import DevPds, create_account
-from gelbridge.pds import PdsClient
-from gelbridge.records import MESSAGE_COLLECTION, AtUri, PlainContent, TextPart, new_tid, now_datetime
-from gelbridge.sealing import Keyring, seal_content
-from gelbridge.worker import Worker
+from gelbridge._config import Settings
+from gelbridge._dev.model_server import ModelServer
+from gelbridge._dev.pds import DevPds, create_account
+from gelbridge._pds import PdsClient
+from gelbridge._records import MESSAGE_COLLECTION, AtUri, PlainContent, TextPart, new_tid, now_datetime
+from gelbridge._sealing import Keyring, seal_content
+from gelbridge._worker import Worker
 
 ENV = "GELBRIDGE_BENCH_APP_PASSWORD"
 
@@ -85,7 +85,7 @@ async def main_async(args: argparse.Namespace, pds: DevPds, server: ModelServer,
     # firehose delivery: commit → event seen by a second subscriber
     from contextlib import aclosing
 
-    from gelbridge.firehose import subscribe_repos
+    from gelbridge._firehose import subscribe_repos
 
     async with PdsClient(pds.pds_url) as app:
         await app.login(acct.handle, acct.password)

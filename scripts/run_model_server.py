@@ -11,7 +11,7 @@ from __future__ import annotations
 import argparse
 import threading
 
-from gelbridge.dev.model_server import ModelServer
+from gelbridge._dev.model_server import ModelServer
 
 
 def main() -> None:

@@ -9,7 +9,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from gelbridge.dev.pds import AccountInfo, DevPds, create_account
+from gelbridge._dev.pds import AccountInfo, DevPds, create_account
 
 _account_counter = itertools.count()
 

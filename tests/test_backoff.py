@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from gelbridge.backoff import backoff_delay
+from gelbridge._backoff import backoff_delay
 
 
 class _Fixed:

@@ -5,8 +5,8 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
-from gelbridge.check import check_settings
-from gelbridge.config import Settings
+from gelbridge._check import check_settings
+from gelbridge._config import Settings
 
 
 def test_an_adapter_script_that_does_not_load_is_named_with_its_file(tmp_path: Path) -> None:

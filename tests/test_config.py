@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from gelbridge.config import load_config
-from gelbridge.errors import ConfigError
-from gelbridge.tools.config import mcp_servers
+from gelbridge._config import load_config
+from gelbridge._errors import ConfigError
+from gelbridge._tools.config import mcp_servers
 
 
 def write(tmp_path: Path, text: str) -> Path:

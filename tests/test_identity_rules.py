@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from gelbridge.config import IdentityConfig
-from gelbridge.identity import IdentityError, check_session_did, resolve_account
+from gelbridge._config import IdentityConfig
+from gelbridge._identity import IdentityError, check_session_did, resolve_account
 
 DID = "did:plc:ewvi7nxzyoun6zhxrhs64oiz"
 

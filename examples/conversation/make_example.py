@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from gelbridge.records import (
+from gelbridge._records import (
     CONVERSATION_COLLECTION,
     MESSAGE_COLLECTION,
     AtUri,
@@ -27,7 +27,7 @@ from gelbridge.records import (
     reply_rkey,
     tid_from_parts,
 )
-from gelbridge.sealing import Keyring, seal_content
+from gelbridge._sealing import Keyring, seal_content
 
 HERE = Path(__file__).resolve().parent
 DID = "did:plc:examplegelbridgedemo2345"

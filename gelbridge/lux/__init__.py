@@ -4,9 +4,9 @@ See docs/lux-ir.md for the wire form and every decision where gelbridge departs 
 the reference schema.
 """
 
-from gelbridge.lux.diagnostics import ConversionStatus, Converted, Diagnostic
-from gelbridge.lux.errors import LuxDecodeError
-from gelbridge.lux.models import (
+from gelbridge.lux._diagnostics import ConversionStatus, Converted, Diagnostic
+from gelbridge.lux._errors import LuxDecodeError
+from gelbridge.lux._models import (
     MEDIA_KINDS,
     SCHEMA_VERSION,
     AgentAction,
@@ -46,8 +46,8 @@ from gelbridge.lux.models import (
     finish_reason_from_str,
     normalize_error_kind,
 )
-from gelbridge.lux.provider_data import strip_foreign_provider_data
-from gelbridge.lux.stream import (
+from gelbridge.lux._provider_data import strip_foreign_provider_data
+from gelbridge.lux._stream import (
     AnnotationsEvent,
     BlockDelta,
     BlockDiscard,

@@ -6,11 +6,11 @@ from collections.abc import AsyncIterator, Callable, Iterator
 
 import pytest
 
-from gelbridge.adapters.client import ModelClient
-from gelbridge.adapters.registry import AdapterRegistry
-from gelbridge.adapters.sandbox import SandboxLimits
-from gelbridge.config import Settings
-from gelbridge.dev.model_server import ModelServer
+from gelbridge._adapters.client import ModelClient
+from gelbridge._adapters.registry import AdapterRegistry
+from gelbridge._adapters.sandbox import SandboxLimits
+from gelbridge._config import Settings
+from gelbridge._dev.model_server import ModelServer
 from testkit.adapter_helpers import SCRIPTS, settings_for
 
 

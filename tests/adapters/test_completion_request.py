@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from gelbridge.adapters.contract import lux_to_completion_request
-from gelbridge.adapters.ids import ToolCallIdMap, ToolCallIdRule
+from gelbridge._adapters.contract import lux_to_completion_request
+from gelbridge._adapters.ids import ToolCallIdMap, ToolCallIdRule
 from gelbridge.lux import (
     ConversionStatus,
     LuxRequest,

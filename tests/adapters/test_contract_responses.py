@@ -8,16 +8,16 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gelbridge.adapters import contract
-from gelbridge.adapters.contract import (
+from gelbridge._adapters import contract
+from gelbridge._adapters.contract import (
     CompletionChunkDecoder,
     LuxEventDecoder,
     completion_response_to_lux,
     lux_request_for_adapter,
     lux_response_from_adapter,
 )
-from gelbridge.adapters.ids import ToolCallIdMap, ToolCallIdRule
-from gelbridge.errors import AdapterError
+from gelbridge._adapters.ids import ToolCallIdMap, ToolCallIdRule
+from gelbridge._errors import AdapterError
 from gelbridge.lux import (
     ConversionStatus,
     LuxRequest,
@@ -306,7 +306,7 @@ _req_blocks = st.one_of(
 def test_lux_request_for_adapter_equals_strip_then_map_then_to_json(conv, instructions, rule) -> None:
     from dataclasses import replace
 
-    from gelbridge.adapters.ids import map_tool_call_ids
+    from gelbridge._adapters.ids import map_tool_call_ids
     from gelbridge.lux import strip_foreign_provider_data
 
     req = LuxRequest(model="requested", conversation=conv, options=Options(stream=False), instructions=instructions)

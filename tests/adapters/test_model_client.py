@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from gelbridge.adapters.client import ModelClient
-from gelbridge.adapters.registry import AdapterRegistry
-from gelbridge.dev.model_server import (
+from gelbridge._adapters.client import ModelClient
+from gelbridge._adapters.registry import AdapterRegistry
+from gelbridge._dev.model_server import (
     CutStream,
     Fail,
     MalformedBody,
@@ -19,7 +19,7 @@ from gelbridge.dev.model_server import (
     ToolCall,
     Turn,
 )
-from gelbridge.errors import AdapterError, ConfigError, ProviderError
+from gelbridge._errors import AdapterError, ConfigError, ProviderError
 from gelbridge.lux import LuxRequest, Message, Options, Text, ToolResult, ToolUse
 from testkit.adapter_helpers import ask, settings_for
 

@@ -7,7 +7,7 @@ from collections.abc import Callable
 
 import pytest
 
-from gelbridge.adapters.client import ModelClient
+from gelbridge._adapters.client import ModelClient
 from gelbridge.lux import (
     BlockDelta,
     LuxRequest,

@@ -6,11 +6,11 @@ import re
 
 import pytest
 
-from gelbridge.adapters.client import ModelClient
-from gelbridge.adapters.registry import AdapterRegistry, builtin_adapters_dir
-from gelbridge.adapters.sandbox import SandboxLimits
-from gelbridge.dev.model_server import ModelServer, ToolCall, Turn
-from gelbridge.errors import ConfigError
+from gelbridge._adapters.client import ModelClient
+from gelbridge._adapters.registry import AdapterRegistry, builtin_adapters_dir
+from gelbridge._adapters.sandbox import SandboxLimits
+from gelbridge._dev.model_server import ModelServer, ToolCall, Turn
+from gelbridge._errors import ConfigError
 from gelbridge.lux import LuxRequest, Message, Options, Text, ToolResult, ToolUse
 from testkit.adapter_helpers import settings_for
 

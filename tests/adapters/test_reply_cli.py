@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from gelbridge.cli import app
-from gelbridge.dev.model_server import ModelServer, ToolCall, Turn
-from gelbridge.records import MessageRecord, PlainContent
-from gelbridge.sealing import Keyring, open_content
+from gelbridge._cli import app
+from gelbridge._dev.model_server import ModelServer, ToolCall, Turn
+from gelbridge._records import MessageRecord, PlainContent
+from gelbridge._sealing import Keyring, open_content
 from testkit.adapter_helpers import SCRIPTS
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "conversation"
@@ -105,7 +105,7 @@ def test_reply_runs_no_tools_offline(config: tuple[Path, ModelServer]) -> None:
 
 
 def test_reply_error_prints_the_error_record(config: tuple[Path, ModelServer]) -> None:
-    from gelbridge.dev.model_server import Fail
+    from gelbridge._dev.model_server import Fail
 
     cfg, srv = config
     key, _ = last_user_key()

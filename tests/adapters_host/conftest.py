@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from gelbridge.adapters.host import Adapter, load_adapter
-from gelbridge.adapters.sandbox import SandboxLimits, available_engines
+from gelbridge._adapters.host import Adapter, load_adapter
+from gelbridge._adapters.sandbox import SandboxLimits, available_engines
 
 ENGINES = available_engines()
 SCRIPTS = Path(__file__).parent / "scripts"

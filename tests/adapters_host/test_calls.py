@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from gelbridge.adapters.host import load_adapter
-from gelbridge.adapters.sandbox import SandboxLimits
-from gelbridge.errors import AdapterError, SandboxViolation
+from gelbridge._adapters.host import load_adapter
+from gelbridge._adapters.sandbox import SandboxLimits
+from gelbridge._errors import AdapterError, SandboxViolation
 
 SCRIPTS = Path(__file__).parent / "scripts"
 

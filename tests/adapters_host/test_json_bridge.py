@@ -9,8 +9,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gelbridge.adapters.host import Adapter, load_adapter
-from gelbridge.adapters.sandbox import SandboxLimits, available_engines
+from gelbridge._adapters.host import Adapter, load_adapter
+from gelbridge._adapters.sandbox import SandboxLimits, available_engines
 
 SCRIPTS = Path(__file__).parent / "scripts"
 _ADAPTERS: dict[str, Adapter] = {}
@@ -167,7 +167,7 @@ def test_encode_keeps_no_text_between_calls(engine: str) -> None:
     # it encoded alive after the call (no memo of plaintext between turns).
     import importlib
 
-    from gelbridge.adapters import sandbox
+    from gelbridge._adapters import sandbox
 
     lupa = importlib.import_module({"luajit": "lupa.luajit21", "lua54": "lupa.lua54"}[engine])
     rt = lupa.LuaRuntime()

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from gelbridge.adapters import sandbox
-from gelbridge.errors import AdapterError, AdapterLoadError, SandboxViolation
+from gelbridge._adapters import sandbox
+from gelbridge._errors import AdapterError, AdapterLoadError, SandboxViolation
 
 LUXKIT = Path(sandbox.__file__).with_name("lua") / "luxkit.lua"
 

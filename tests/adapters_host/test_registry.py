@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from gelbridge.adapters.registry import AdapterRegistry, builtin_adapters_dir
-from gelbridge.adapters.sandbox import SandboxLimits
-from gelbridge.errors import AdapterError
+from gelbridge._adapters.registry import AdapterRegistry, builtin_adapters_dir
+from gelbridge._adapters.sandbox import SandboxLimits
+from gelbridge._errors import AdapterError
 
 
 def script(name: str, version: str = "1", extra: str = "") -> str:
@@ -115,7 +115,7 @@ def test_builtin_dir_found_in_repo() -> None:
 
 
 def test_cli_adapters_list(tmp_path: Path) -> None:
-    from gelbridge.cli import app
+    from gelbridge._cli import app
 
     custom = tmp_path / "mine"
     write(custom, "good.lua", script("mine_good", "3.1"))

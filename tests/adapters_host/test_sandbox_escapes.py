@@ -6,10 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from gelbridge.adapters.host import load_adapter
-from gelbridge.adapters.sandbox import LuaSandbox, SandboxLimits
-from gelbridge.adapters.script_services import AdapterServices
-from gelbridge.errors import AdapterError, AdapterLoadError
+from gelbridge._adapters.host import load_adapter
+from gelbridge._adapters.sandbox import LuaSandbox, SandboxLimits
+from gelbridge._adapters.script_services import AdapterServices
+from gelbridge._errors import AdapterError, AdapterLoadError
 
 FORBIDDEN_GLOBALS = [
     "python", "io", "package", "require", "load", "loadstring", "dofile", "loadfile",

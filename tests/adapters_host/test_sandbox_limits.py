@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from gelbridge.errors import SandboxViolation
+from gelbridge._errors import SandboxViolation
 
 RUNAWAYS = {
     "while_loop": "while true do end",

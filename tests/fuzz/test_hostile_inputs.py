@@ -1,7 +1,7 @@
 """Every entry point fed generated hostile input answers with a result or one clear
 error: never a traceback, in bounded time and memory.
 
-Entry points: the CLI's ``open`` and ``convert`` (run through ``gelbridge.cli.main`` with
+Entry points: the CLI's ``open`` and ``convert`` (run through ``gelbridge._cli.main`` with
 a strict UTF-8 stdout, as a terminal or pipe has), the record models, the CAR reader,
 the firehose frame decoder, the Jetstream decoder and the keyring loader. Inputs: JSON
 and CBOR nested far past every limit, lone surrogates (escaped in JSON, which Python
@@ -30,14 +30,14 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gelbridge.cli import main as cli_main
-from gelbridge.errors import GelbridgeError
-from gelbridge.firehose import decode_frame_full
-from gelbridge.ingest import RecordFilter, from_firehose_frame, from_jetstream_event
-from gelbridge.records import ConversationRecord, MessageRecord
-from gelbridge.records.io import records_from_car, records_from_json
-from gelbridge.records.nesting import MAX_DEPTH, loads
-from gelbridge.sealing import Keyring, open_record
+from gelbridge._cli import main as cli_main
+from gelbridge._errors import GelbridgeError
+from gelbridge._firehose import decode_frame_full
+from gelbridge._ingest import RecordFilter, from_firehose_frame, from_jetstream_event
+from gelbridge._records import ConversationRecord, MessageRecord
+from gelbridge._records.io import records_from_car, records_from_json
+from gelbridge._records.nesting import MAX_DEPTH, loads
+from gelbridge._sealing import Keyring, open_record
 
 FUZZ_EXAMPLES = int(os.environ.get("GELBRIDGE_FUZZ_EXAMPLES", "60"))
 DEADLINE_MS = 5000
@@ -204,7 +204,7 @@ def test_record_models_take_any_value_and_answer_with_a_record_or_a_record_error
 @fuzz
 @given(hostile_values)
 def test_open_record_returns_an_error_never_raises(value: Any) -> None:
-    from gelbridge.records import AtUri
+    from gelbridge._records import AtUri
 
     ring = Keyring.load(EXAMPLE / "keyring.json")
     r = clean(lambda: open_record(AtUri(DID, MSG, "3mbd36vbls22b"), None, value, keyring=ring))

@@ -15,15 +15,15 @@ import pytest
 from atproto_firehose import AsyncFirehoseSubscribeReposClient
 from integration.conftest import App, text_of
 
-from gelbridge.bridge import Bridge
-from gelbridge.config import Settings
-from gelbridge.dev.model_server import ModelServer
-from gelbridge.dev.pds import AccountInfo, DevPds, create_account
-from gelbridge.firehose import subscribe_repos
-from gelbridge.ingest import IncomingRecord, RecordFilter, from_firehose
-from gelbridge.pds import PdsClient
-from gelbridge.records import MESSAGE_COLLECTION, new_tid
-from gelbridge.sealing import Keyring
+from gelbridge._bridge import Bridge
+from gelbridge._config import Settings
+from gelbridge._dev.model_server import ModelServer
+from gelbridge._dev.pds import AccountInfo, DevPds, create_account
+from gelbridge._firehose import subscribe_repos
+from gelbridge._ingest import IncomingRecord, RecordFilter, from_firehose
+from gelbridge._pds import PdsClient
+from gelbridge._records import MESSAGE_COLLECTION, new_tid
+from gelbridge._sealing import Keyring
 
 pytestmark = [pytest.mark.pds, pytest.mark.timeout(240)]
 

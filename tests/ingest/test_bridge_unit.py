@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
-from gelbridge.bridge import AccountMixup, Bridge, BridgeClosed, BridgeOverloaded
-from gelbridge.config import Settings
+from gelbridge._bridge import AccountMixup, Bridge, BridgeClosed, BridgeOverloaded
+from gelbridge._config import Settings
 from testkit.frames import MSG, commit_frame, jetstream_event, message_record
 
 A, B = "did:plc:aaaa", "did:plc:bbbb"
@@ -117,7 +117,7 @@ async def test_a_worker_whose_session_is_another_account_is_refused(tmp_path: Pa
     async with bridge(tmp_path) as b:
         wa = worker_of(b, A)
         wa.pds.session.did = B  # a broken worker: its PDS session is B's
-        from gelbridge.ingest import IncomingRecord
+        from gelbridge._ingest import IncomingRecord
 
         with pytest.raises(AccountMixup):
             await b.process(IncomingRecord(A, MSG, "k", "bafy", {"role": "user"}))
@@ -135,7 +135,7 @@ async def test_full_queue_raises_on_the_loop_and_afeed_waits(tmp_path: Path) -> 
         with pytest.raises(BridgeOverloaded):
             b.feed_record(A, MSG, "k3", "c", {"r": 1})
         assert b.pending == 2
-        from gelbridge.ingest import IncomingRecord
+        from gelbridge._ingest import IncomingRecord
 
         waiter = asyncio.create_task(b.afeed([IncomingRecord(A, MSG, "k3", "c", {"r": 1})]))
         await asyncio.sleep(0.1)
@@ -210,7 +210,7 @@ def worker_of_closed(b: Bridge) -> bool:
 
 
 def test_duplicate_account_labels_are_a_config_error(tmp_path: Path) -> None:
-    from gelbridge.errors import ConfigError
+    from gelbridge._errors import ConfigError
 
     s = Settings.model_validate({"accounts": [{"pds": "http://x", "identifier": "a"}, {"pds": "http://y", "identifier": "a"}]})
     with pytest.raises(ConfigError, match="unique"):

@@ -1,4 +1,4 @@
-"""gelbridge.ingest: every input form gives the same IncomingRecords as the worker's
+"""gelbridge._ingest: every input form gives the same IncomingRecords as the worker's
 firehose decoder, and what is not ours is dropped before any block decoding."""
 
 from __future__ import annotations
@@ -11,9 +11,9 @@ from atproto_client.models.com.atproto.sync.subscribe_repos import Commit
 from atproto_firehose import parse_subscribe_repos_message
 from atproto_subscription.frames import Frame, MessageFrame
 
-from gelbridge.errors import FirehoseError, RecordError
-from gelbridge.firehose import decode_frame_full
-from gelbridge.ingest import (
+from gelbridge._errors import FirehoseError, RecordError
+from gelbridge._firehose import decode_frame_full
+from gelbridge._ingest import (
     COMMIT_HEADER,
     IncomingRecord,
     RecordFilter,
@@ -22,7 +22,7 @@ from gelbridge.ingest import (
     from_jetstream_event,
     from_record,
 )
-from gelbridge.records import MessageRecord
+from gelbridge._records import MessageRecord
 from testkit.frames import MSG, commit_frame, jetstream_event, jetstream_text, message_record, other_frame
 
 ME = "did:plc:me"

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from gelbridge.ingest import IncomingRecord
-from gelbridge.jetstream import JetstreamSource, jetstream_cursor_key, rewound, subscribe_url
-from gelbridge.state import StateStore
+from gelbridge._ingest import IncomingRecord
+from gelbridge._jetstream import JetstreamSource, jetstream_cursor_key, rewound, subscribe_url
+from gelbridge._state import StateStore
 from testkit.frames import MSG, jetstream_event, message_record
 from testkit.jetstream_server import JetstreamServer
 
@@ -111,7 +111,7 @@ async def test_a_new_source_resumes_from_the_saved_cursor_and_skips_seen_events(
 
 
 async def test_a_transient_handler_failure_does_not_advance_past_the_event(store: StateStore) -> None:
-    from gelbridge.errors import PdsUnavailable
+    from gelbridge._errors import PdsUnavailable
 
     calls: list[str] = []
 
@@ -155,7 +155,7 @@ async def test_a_record_the_handler_can_never_take_is_skipped_and_does_not_hold_
 async def test_a_record_the_handler_cannot_take_yet_is_retried_by_reconnecting_and_the_watch_goes_on(
     store: StateStore,
 ) -> None:
-    from gelbridge.errors import PdsUnavailable
+    from gelbridge._errors import PdsUnavailable
 
     got: list[str] = []
     failed = 0

@@ -13,12 +13,12 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from gelbridge.config import Settings
-from gelbridge.dev.model_server import ModelServer
-from gelbridge.dev.pds import AccountInfo, DevPds
-from gelbridge.errors import PdsUnavailable
-from gelbridge.pds import PdsClient
-from gelbridge.records import (
+from gelbridge._config import Settings
+from gelbridge._dev.model_server import ModelServer
+from gelbridge._dev.pds import AccountInfo, DevPds
+from gelbridge._errors import PdsUnavailable
+from gelbridge._pds import PdsClient
+from gelbridge._records import (
     MESSAGE_COLLECTION,
     AtUri,
     MessageRecord,
@@ -27,10 +27,10 @@ from gelbridge.records import (
     new_tid,
     now_datetime,
 )
-from gelbridge.records.codec import to_json_form
-from gelbridge.records.models import Part
-from gelbridge.sealing import Keyring, content_of, seal_content
-from gelbridge.worker import Worker
+from gelbridge._records.codec import to_json_form
+from gelbridge._records.models import Part
+from gelbridge._sealing import Keyring, content_of, seal_content
+from gelbridge._worker import Worker
 
 if TYPE_CHECKING:
     from .worker_proc import WorkerProc
@@ -95,7 +95,7 @@ class App:
         try:
             return await self.pds.get_record(MESSAGE_COLLECTION, rkey)
         except PdsUnavailable:
-            from gelbridge.worker.repo import RepoView
+            from gelbridge._worker.repo import RepoView
 
             return await RepoView(self.pds, self.did)._sync_get(rkey)
 

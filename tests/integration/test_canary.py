@@ -23,10 +23,10 @@ from typing import Any
 
 import pytest
 
-from gelbridge.dev.model_server import Fail, MidStreamError, ModelServer, ToolCall, Turn
-from gelbridge.dev.pds import AccountInfo, DevPds
-from gelbridge.observability import JsonFormatter
-from gelbridge.records import (
+from gelbridge._dev.model_server import Fail, MidStreamError, ModelServer, ToolCall, Turn
+from gelbridge._dev.pds import AccountInfo, DevPds
+from gelbridge._observability import JsonFormatter
+from gelbridge._records import (
     CONVERSATION_COLLECTION,
     MESSAGE_COLLECTION,
     AtUri,
@@ -37,7 +37,7 @@ from gelbridge.records import (
     new_tid,
     now_datetime,
 )
-from gelbridge.sealing import Keyring, seal_blob, seal_content, seal_value
+from gelbridge._sealing import Keyring, seal_blob, seal_content, seal_value
 
 from .conftest import App, make_settings, running_worker
 from .test_tools_approval import WAIT, mcp_servers

@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from gelbridge.dev.model_server import ModelServer, ToolCall, Turn
-from gelbridge.dev.pds import AccountInfo, DevPds
-from gelbridge.records import MESSAGE_COLLECTION, ToolApprovalPart
-from gelbridge.sealing import Keyring
+from gelbridge._dev.model_server import ModelServer, ToolCall, Turn
+from gelbridge._dev.pds import AccountInfo, DevPds
+from gelbridge._records import MESSAGE_COLLECTION, ToolApprovalPart
+from gelbridge._sealing import Keyring
 
 from .conftest import PASSWORD_ENV, App, make_settings, running_worker
 from .worker_proc import write_config

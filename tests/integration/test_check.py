@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from gelbridge.dev.model_server import ModelServer
-from gelbridge.dev.pds import AccountInfo, DevPds
-from gelbridge.records import MESSAGE_COLLECTION
-from gelbridge.sealing import Keyring
+from gelbridge._dev.model_server import ModelServer
+from gelbridge._dev.pds import AccountInfo, DevPds
+from gelbridge._records import MESSAGE_COLLECTION
+from gelbridge._sealing import Keyring
 
 from .conftest import PASSWORD_ENV, App
 from .worker_proc import write_config

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from gelbridge.dev.demo import run_demo
+from gelbridge._dev.demo import run_demo
 
 pytestmark = [pytest.mark.pds, pytest.mark.timeout(400)]
 
@@ -25,7 +25,7 @@ def test_demo_prints_opened_conversation_and_timings_and_keeps_state(tmp_path: P
 
     from typer.testing import CliRunner
 
-    from gelbridge.cli import app
+    from gelbridge._cli import app
 
     res = CliRunner().invoke(app, ["status", "--config", str(tmp_path / "demo" / "gelbridge.toml")])
     assert res.exit_code == 0, res.output

@@ -15,12 +15,12 @@ from pathlib import Path
 
 import pytest
 
-from gelbridge.config import Settings
-from gelbridge.dev.model_server import ModelServer, Turn
-from gelbridge.dev.pds import AccountInfo, DevPds, create_account
-from gelbridge.identity import IdentityError, resolve_account
-from gelbridge.records import new_tid
-from gelbridge.sealing import Keyring
+from gelbridge._config import Settings
+from gelbridge._dev.model_server import ModelServer, Turn
+from gelbridge._dev.pds import AccountInfo, DevPds, create_account
+from gelbridge._identity import IdentityError, resolve_account
+from gelbridge._records import new_tid
+from gelbridge._sealing import Keyring
 
 from .conftest import PASSWORD_ENV, App, make_settings, running_worker, text_of
 from .test_check import gelbridge

@@ -26,11 +26,11 @@ from typing import Any
 
 import pytest
 
-from gelbridge.config import Settings
-from gelbridge.dev.model_server import ModelServer, ToolCall, Turn
-from gelbridge.dev.pds import AccountInfo, DevPds, create_account
-from gelbridge.pds import PdsClient
-from gelbridge.records import (
+from gelbridge._config import Settings
+from gelbridge._dev.model_server import ModelServer, ToolCall, Turn
+from gelbridge._dev.pds import AccountInfo, DevPds, create_account
+from gelbridge._pds import PdsClient
+from gelbridge._records import (
     MESSAGE_COLLECTION,
     PlainContent,
     TextPart,
@@ -39,8 +39,8 @@ from gelbridge.records import (
     new_tid,
     now_datetime,
 )
-from gelbridge.sealing import Keyring, seal_content
-from gelbridge.state import StateStore
+from gelbridge._sealing import Keyring, seal_content
+from gelbridge._state import StateStore
 
 from .conftest import App, make_settings, running_worker, text_of
 from .test_tools_approval import WAIT, assert_one_result_per_call, executions, mcp_servers, pairs, token_of

@@ -14,11 +14,11 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from gelbridge.dev.model_server import ModelServer, Turn
-from gelbridge.dev.pds import AccountInfo, DevPds
-from gelbridge.observability import JsonFormatter
-from gelbridge.records import new_tid
-from gelbridge.sealing import Keyring
+from gelbridge._dev.model_server import ModelServer, Turn
+from gelbridge._dev.pds import AccountInfo, DevPds
+from gelbridge._observability import JsonFormatter
+from gelbridge._records import new_tid
+from gelbridge._sealing import Keyring
 
 from .conftest import App, make_settings, running_worker
 
@@ -100,11 +100,11 @@ async def test_a_bridge_of_two_accounts_answers_readyz_and_metrics_per_account_a
 
     from typer.testing import CliRunner
 
-    from gelbridge.bridge import Bridge
-    from gelbridge.cli import app as cli
-    from gelbridge.config import load_config
-    from gelbridge.dev.pds import create_account
-    from gelbridge.pds import PdsClient
+    from gelbridge._bridge import Bridge
+    from gelbridge._cli import app as cli
+    from gelbridge._config import load_config
+    from gelbridge._dev.pds import create_account
+    from gelbridge._pds import PdsClient
 
     accts = {n: create_account(dev_pds.pds_url, f"ob{secrets.token_hex(5)}.test", secrets.token_urlsafe(12))
              for n in ("a", "b")}

@@ -15,10 +15,10 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-from gelbridge.cli import app as cli
-from gelbridge.dev.model_server import ModelServer, ToolCall, Turn
-from gelbridge.dev.pds import AccountInfo, DevPds
-from gelbridge.records import (
+from gelbridge._cli import app as cli
+from gelbridge._dev.model_server import ModelServer, ToolCall, Turn
+from gelbridge._dev.pds import AccountInfo, DevPds
+from gelbridge._records import (
     CONVERSATION_COLLECTION,
     MESSAGE_COLLECTION,
     AtUri,
@@ -27,7 +27,7 @@ from gelbridge.records import (
     new_tid,
     now_datetime,
 )
-from gelbridge.sealing import Keyring, content_of
+from gelbridge._sealing import Keyring, content_of
 
 from .conftest import App, make_settings, running_worker
 

@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from gelbridge.dev.model_server import Fail, ModelServer, Turn
-from gelbridge.dev.pds import AccountInfo, DevPds
-from gelbridge.records import MESSAGE_COLLECTION
-from gelbridge.sealing import Keyring
+from gelbridge._dev.model_server import Fail, ModelServer, Turn
+from gelbridge._dev.pds import AccountInfo, DevPds
+from gelbridge._records import MESSAGE_COLLECTION
+from gelbridge._sealing import Keyring
 
 from .conftest import PASSWORD_ENV, App, make_settings, running_worker
 from .worker_proc import write_config

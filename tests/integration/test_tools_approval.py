@@ -21,12 +21,12 @@ from typing import Any
 
 import pytest
 
-from gelbridge.config import Settings
-from gelbridge.dev.model_server import ModelServer, RecordedRequest, ToolCall, Turn
-from gelbridge.dev.pds import AccountInfo, DevPds
-from gelbridge.records import PlainContent, TextPart, ToolApprovalPart, ToolCallPart, ToolResultPart, new_tid
-from gelbridge.sealing import Keyring
-from gelbridge.state import CallRef, StateStore, call_key
+from gelbridge._config import Settings
+from gelbridge._dev.model_server import ModelServer, RecordedRequest, ToolCall, Turn
+from gelbridge._dev.pds import AccountInfo, DevPds
+from gelbridge._records import PlainContent, TextPart, ToolApprovalPart, ToolCallPart, ToolResultPart, new_tid
+from gelbridge._sealing import Keyring
+from gelbridge._state import CallRef, StateStore, call_key
 
 from .conftest import App, make_settings, running_worker, text_of
 from .worker_proc import COUNTING_SERVER, WorkerProc, counting_mcp_toml, start_worker, write_config

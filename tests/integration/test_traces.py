@@ -14,11 +14,11 @@ from typing import Any
 import pytest
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
-from gelbridge import tracing
-from gelbridge.dev.model_server import ModelServer, ToolCall, Turn
-from gelbridge.dev.pds import AccountInfo, DevPds
-from gelbridge.records import new_tid
-from gelbridge.sealing import Keyring
+from gelbridge import _tracing as tracing
+from gelbridge._dev.model_server import ModelServer, ToolCall, Turn
+from gelbridge._dev.pds import AccountInfo, DevPds
+from gelbridge._records import new_tid
+from gelbridge._sealing import Keyring
 
 from .conftest import App, make_settings, running_worker, text_of
 
@@ -126,9 +126,9 @@ async def test_a_turn_is_one_span_with_model_tool_and_pds_children_and_no_conten
 def test_traces_without_the_otel_extra_are_an_operators_error_at_start(monkeypatch: pytest.MonkeyPatch) -> None:
     import asyncio
 
-    from gelbridge.check import check_settings
-    from gelbridge.config import Settings
-    from gelbridge.errors import ConfigError
+    from gelbridge._check import check_settings
+    from gelbridge._config import Settings
+    from gelbridge._errors import ConfigError
 
     monkeypatch.setattr(tracing, "available", lambda: False)
     settings = Settings.model_validate({"observability": {"traces": True}})

@@ -22,12 +22,12 @@ from typing import Any
 import httpx
 import pytest
 
-from gelbridge.dev.model_server import Delay, MidStreamError, ModelServer, Turn
-from gelbridge.dev.pds import AccountInfo, DevPds
-from gelbridge.records import MESSAGE_COLLECTION, PlainContent, TextPart, new_tid, now_datetime
-from gelbridge.records.nesting import MAX_DEPTH
-from gelbridge.sealing import Keyring, seal_content
-from gelbridge.state import StateStore
+from gelbridge._dev.model_server import Delay, MidStreamError, ModelServer, Turn
+from gelbridge._dev.pds import AccountInfo, DevPds
+from gelbridge._records import MESSAGE_COLLECTION, PlainContent, TextPart, new_tid, now_datetime
+from gelbridge._records.nesting import MAX_DEPTH
+from gelbridge._sealing import Keyring, seal_content
+from gelbridge._state import StateStore
 
 from .conftest import App, make_settings, running_worker, text_of
 

@@ -8,10 +8,10 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from gelbridge.dev.model_server import ModelServer
-from gelbridge.dev.pds import AccountInfo, DevPds
-from gelbridge.records import MESSAGE_COLLECTION, PlainContent, TextPart, new_tid, now_datetime
-from gelbridge.sealing import Keyring, seal_content
+from gelbridge._dev.model_server import ModelServer
+from gelbridge._dev.pds import AccountInfo, DevPds
+from gelbridge._records import MESSAGE_COLLECTION, PlainContent, TextPart, new_tid, now_datetime
+from gelbridge._sealing import Keyring, seal_content
 
 from .conftest import App, make_settings, running_worker, text_of
 from .proxy import TcpProxy
@@ -105,7 +105,7 @@ async def test_pds_outage_during_a_turn_leaves_claim_that_is_finished_after_reco
     dev_pds: DevPds, pds_account: AccountInfo, keyring: tuple[Keyring, str], app: App,
     model_server: ModelServer, tmp_path: Path,
 ) -> None:
-    from gelbridge.dev.model_server import Turn
+    from gelbridge._dev.model_server import Turn
 
     u = urlsplit(dev_pds.pds_url)
     proxy = await TcpProxy(u.hostname or "127.0.0.1", u.port or 80).start()

@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from gelbridge.dev.model_server import ModelServer, Turn
-from gelbridge.dev.pds import AccountInfo, DevPds
-from gelbridge.records import new_tid
-from gelbridge.sealing import Keyring
-from gelbridge.state import StateStore
+from gelbridge._dev.model_server import ModelServer, Turn
+from gelbridge._dev.pds import AccountInfo, DevPds
+from gelbridge._records import new_tid
+from gelbridge._sealing import Keyring
+from gelbridge._state import StateStore
 
 from .conftest import App, text_of
 from .worker_proc import WorkerProc, write_config

@@ -27,9 +27,9 @@ from typing import Any
 
 import pytest
 
-from gelbridge.dev.model_server import Delay, ModelServer, RecordedRequest, ToolCall, Turn
-from gelbridge.dev.pds import AccountInfo, DevPds
-from gelbridge.records import (
+from gelbridge._dev.model_server import Delay, ModelServer, RecordedRequest, ToolCall, Turn
+from gelbridge._dev.pds import AccountInfo, DevPds
+from gelbridge._records import (
     CONVERSATION_COLLECTION,
     SETTINGS_COLLECTION,
     SETTINGS_RKEY,
@@ -40,7 +40,7 @@ from gelbridge.records import (
     new_tid,
     now_datetime,
 )
-from gelbridge.sealing import Keyring, seal_content
+from gelbridge._sealing import Keyring, seal_content
 
 from .conftest import App, make_settings, running_worker, text_of
 from .test_tools_approval import (

@@ -9,11 +9,11 @@ from typing import Any
 
 import pytest
 
-from gelbridge.dev.model_server import ModelServer, ToolCall, Turn
-from gelbridge.dev.pds import AccountInfo, DevPds
-from gelbridge.records import TextPart, ToolApprovalPart, ToolCallPart, ToolResultPart, new_tid
-from gelbridge.sealing import Keyring, open_blob
-from gelbridge.tools import Tool, ToolOutput, ToolRegistry, builtin_tools
+from gelbridge._dev.model_server import ModelServer, ToolCall, Turn
+from gelbridge._dev.pds import AccountInfo, DevPds
+from gelbridge._records import TextPart, ToolApprovalPart, ToolCallPart, ToolResultPart, new_tid
+from gelbridge._sealing import Keyring, open_blob
+from gelbridge._tools import Tool, ToolOutput, ToolRegistry, builtin_tools
 
 from .conftest import App, make_settings, running_worker, text_of
 from .test_tools_approval import journal_entry

@@ -6,11 +6,11 @@ import asyncio
 
 import pytest
 
-from gelbridge.config import Settings
-from gelbridge.dev.model_server import ModelServer, Turn
-from gelbridge.dev.pds import AccountInfo
-from gelbridge.records import new_tid
-from gelbridge.sealing import Keyring
+from gelbridge._config import Settings
+from gelbridge._dev.model_server import ModelServer, Turn
+from gelbridge._dev.pds import AccountInfo
+from gelbridge._records import new_tid
+from gelbridge._sealing import Keyring
 
 from .conftest import App, running_worker, text_of
 
@@ -87,8 +87,8 @@ async def test_message_without_generation_gets_no_reply(
         silent = await app.send("just a note", conversation=conv, generation={})
         # generation={} still asks (attempt defaults to 0); a message without the field does not
         k = new_tid()
-        from gelbridge.records import MESSAGE_COLLECTION, PlainContent, TextPart, now_datetime
-        from gelbridge.sealing import seal_content
+        from gelbridge._records import MESSAGE_COLLECTION, PlainContent, TextPart, now_datetime
+        from gelbridge._sealing import seal_content
 
         content = seal_content(PlainContent(parts=[TextPart(text="no reply wanted")]), uri=app.uri(k),
                                key_id=app.key_id, keyring=app.keyring)

@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from gelbridge.dev.model_server import ModelServer, Turn
-from gelbridge.dev.pds import AccountInfo, DevPds
-from gelbridge.records import new_tid
-from gelbridge.sealing import Keyring
+from gelbridge._dev.model_server import ModelServer, Turn
+from gelbridge._dev.pds import AccountInfo, DevPds
+from gelbridge._records import new_tid
+from gelbridge._sealing import Keyring
 
 from .conftest import App, make_settings, running_worker, text_of
 from .rate_limit_proxy import RateLimitProxy

@@ -13,8 +13,8 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from gelbridge.dev.pds import AccountInfo
-from gelbridge.sealing import Keyring
+from gelbridge._dev.pds import AccountInfo
+from gelbridge._sealing import Keyring
 
 from .conftest import PASSWORD_ENV
 

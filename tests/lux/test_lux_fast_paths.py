@@ -27,11 +27,11 @@ from gelbridge.lux import (
     ToolResult,
     ToolUse,
     decode_response,
-    models,
-    provider_data,
     strip_foreign_provider_data,
 )
-from gelbridge.lux.models import read_plain_response, request_json
+from gelbridge.lux import _models as models
+from gelbridge.lux import _provider_data as provider_data
+from gelbridge.lux._models import read_plain_response, request_json
 from testkit import lux_strategies as S
 
 

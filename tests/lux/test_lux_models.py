@@ -8,7 +8,7 @@ import json
 import pytest
 from hypothesis import HealthCheck, given, settings
 
-from gelbridge.errors import GelbridgeError
+from gelbridge._errors import GelbridgeError
 from gelbridge.lux import (
     ConversionStatus,
     Converted,

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from gelbridge.config import DefaultsConfig, ModelChoice
-from gelbridge.mapping import choose_turn
-from gelbridge.records import ConversationRecord, GenerationRequest, ModelRef, SettingsRecord
+from gelbridge._config import DefaultsConfig, ModelChoice
+from gelbridge._mapping import choose_turn
+from gelbridge._records import ConversationRecord, GenerationRequest, ModelRef, SettingsRecord
 from testkit.mapping_builders import T, reply, user
 
 GEN = ModelRef(provider="anthropic", id="gen")

@@ -7,15 +7,15 @@ from pathlib import Path
 
 from typer.testing import CliRunner
 
-from gelbridge.cli import app
-from gelbridge.records import (
+from gelbridge._cli import app
+from gelbridge._records import (
     AtUri,
     GenerationRequest,
     MessageRecord,
     PlainContent,
     SettingsRecord,
 )
-from gelbridge.sealing import Keyring, seal_content
+from gelbridge._sealing import Keyring, seal_content
 from testkit.mapping_builders import CONV, T, approve, assert_valid_request, call, check_tool_pairs, text
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "conversation"

@@ -10,9 +10,9 @@ from __future__ import annotations
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gelbridge.mapping import build_request, waiting_calls
-from gelbridge.records import GenerationRequest, PlainContent
-from gelbridge.thread import walk_thread
+from gelbridge._mapping import build_request, waiting_calls
+from gelbridge._records import GenerationRequest, PlainContent
+from gelbridge._thread import walk_thread
 from testkit.mapping_builders import (
     approve,
     assert_valid_request,

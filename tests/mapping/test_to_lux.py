@@ -6,8 +6,7 @@ import base64
 
 import pytest
 
-from gelbridge.lux import ConversionStatus, Options, ProviderData, Text, Tool
-from gelbridge.mapping import (
+from gelbridge._mapping import (
     TurnChoice,
     approval_answers,
     build_request,
@@ -15,7 +14,7 @@ from gelbridge.mapping import (
     repeated_call_parts,
     waiting_calls,
 )
-from gelbridge.records import (
+from gelbridge._records import (
     BlobRef,
     ExtractedText,
     FilePart,
@@ -25,7 +24,8 @@ from gelbridge.records import (
     SourcePart,
     UnknownPart,
 )
-from gelbridge.tools.approval import resolve_approvals
+from gelbridge._tools.approval import resolve_approvals
+from gelbridge.lux import ConversionStatus, Options, ProviderData, Text, Tool
 from testkit.mapping_builders import (
     approve,
     assert_valid_request,

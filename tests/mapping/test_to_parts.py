@@ -2,6 +2,16 @@
 
 from __future__ import annotations
 
+from gelbridge._mapping import (
+    CallIds,
+    build_request,
+    decode_provider_data,
+    response_to_parts,
+    split_text,
+    with_results,
+)
+from gelbridge._records import PlainContent, TextPart, ToolCallPart, ToolResultPart
+from gelbridge._records import Usage as RUsage
 from gelbridge.lux import (
     Annotation,
     Choice,
@@ -17,16 +27,6 @@ from gelbridge.lux import (
     ToolUse,
     Usage,
 )
-from gelbridge.mapping import (
-    CallIds,
-    build_request,
-    decode_provider_data,
-    response_to_parts,
-    split_text,
-    with_results,
-)
-from gelbridge.records import PlainContent, TextPart, ToolCallPart, ToolResultPart
-from gelbridge.records import Usage as RUsage
 from testkit.mapping_builders import messages, opened, reply, result, text, user
 
 

@@ -6,8 +6,8 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from gelbridge.dev.pds import AccountInfo, DevPds
-from gelbridge.pds import PdsClient
+from gelbridge._dev.pds import AccountInfo, DevPds
+from gelbridge._pds import PdsClient
 
 
 @pytest.fixture

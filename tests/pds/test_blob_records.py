@@ -17,12 +17,12 @@ from collections.abc import AsyncIterator
 import httpx
 import pytest
 
-from gelbridge.dev.pds import AccountInfo, DevPds
-from gelbridge.mapping.cache import OpenedRecordCache
-from gelbridge.pds import PdsClient
-from gelbridge.records.constants import MESSAGE_COLLECTION, ROLE_USER, STATUS_COMPLETE
-from gelbridge.records.keys import AtUri
-from gelbridge.records.models import (
+from gelbridge._dev.pds import AccountInfo, DevPds
+from gelbridge._mapping.cache import OpenedRecordCache
+from gelbridge._pds import PdsClient
+from gelbridge._records.constants import MESSAGE_COLLECTION, ROLE_USER, STATUS_COMPLETE
+from gelbridge._records.keys import AtUri
+from gelbridge._records.models import (
     BlobRef,
     GenerationRequest,
     ImagePart,
@@ -32,9 +32,9 @@ from gelbridge.records.models import (
     ToolResultPart,
     now_datetime,
 )
-from gelbridge.sealing import Keyring, open_blob, seal_blob, seal_content
-from gelbridge.worker.repo import RepoView
-from gelbridge.worker.writer import ReplyWriter
+from gelbridge._sealing import Keyring, open_blob, seal_blob, seal_content
+from gelbridge._worker.repo import RepoView
+from gelbridge._worker.writer import ReplyWriter
 
 pytestmark = [pytest.mark.pds, pytest.mark.timeout(120)]
 

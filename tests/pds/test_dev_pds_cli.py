@@ -14,7 +14,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from gelbridge.dev.pds import DevPds, create_account, free_port
+from gelbridge._dev.pds import DevPds, create_account, free_port
 
 pytestmark = [pytest.mark.pds, pytest.mark.timeout(200)]
 

@@ -10,16 +10,16 @@ from contextlib import aclosing
 import pytest
 import websockets
 
-from gelbridge.dev.pds import AccountInfo, DevPds, create_account
-from gelbridge.errors import FirehoseError, PdsUnavailable
-from gelbridge.firehose import (
+from gelbridge._dev.pds import AccountInfo, DevPds, create_account
+from gelbridge._errors import FirehoseError, PdsUnavailable
+from gelbridge._firehose import (
     RepoEvent,
     StreamMarker,
     decode_frame,
     subscribe_repos,
     subscribe_url,
 )
-from gelbridge.pds import PdsClient
+from gelbridge._pds import PdsClient
 
 pytestmark = [pytest.mark.pds, pytest.mark.timeout(120)]
 
@@ -182,7 +182,7 @@ async def test_future_cursor_is_a_firehose_error(dev_pds: DevPds) -> None:
 
 
 async def test_closed_port_is_pds_unavailable() -> None:
-    from gelbridge.dev.pds import free_port
+    from gelbridge._dev.pds import free_port
 
     with pytest.raises(PdsUnavailable):
         await collect(f"http://127.0.0.1:{free_port()}", "did:plc:x", cursor=None, n=1, timeout=15)

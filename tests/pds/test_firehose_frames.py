@@ -5,8 +5,8 @@ from __future__ import annotations
 import libipld
 import pytest
 
-from gelbridge.errors import FirehoseError
-from gelbridge.firehose import StreamMarker, decode_frame, decode_frame_full
+from gelbridge._errors import FirehoseError
+from gelbridge._firehose import StreamMarker, decode_frame, decode_frame_full
 
 MSG = "chat.gel.assistant.message"
 ME = "did:plc:me"
@@ -65,7 +65,7 @@ def test_error_frames_and_garbage_raise_firehose_error() -> None:
 def test_a_malformed_op_cid_counts_as_missing_in_frames_and_sdk_bodies_alike() -> None:
     from types import SimpleNamespace
 
-    from gelbridge.ingest import RecordFilter, from_commit_body
+    from gelbridge._ingest import RecordFilter, from_commit_body
 
     body = {"seq": 9, "repo": ME, "ops": [{"action": "delete", "path": f"{MSG}/k", "cid": b"\x01junk"}],
             "blocks": b""}

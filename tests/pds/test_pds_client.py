@@ -11,9 +11,9 @@ import time
 import httpx
 import pytest
 
-from gelbridge.dev.pds import AccountInfo, DevPds, free_port
-from gelbridge.errors import ClaimConflict, PdsAuthError, PdsError, PdsUnavailable
-from gelbridge.pds import PdsClient, Session, jwt_expiry
+from gelbridge._dev.pds import AccountInfo, DevPds, free_port
+from gelbridge._errors import ClaimConflict, PdsAuthError, PdsError, PdsUnavailable
+from gelbridge._pds import PdsClient, Session, jwt_expiry
 
 pytestmark = [pytest.mark.pds, pytest.mark.timeout(120)]
 

@@ -7,8 +7,8 @@ import json
 
 import httpx
 
-from gelbridge.errors import ClaimConflict, PdsAuthError, PdsError, PdsRateLimited, PdsUnavailable
-from gelbridge.pds import Session, error_from_response, jwt_expiry, retry_after_seconds
+from gelbridge._errors import ClaimConflict, PdsAuthError, PdsError, PdsRateLimited, PdsUnavailable
+from gelbridge._pds import Session, error_from_response, jwt_expiry, retry_after_seconds
 
 
 def resp(status: int, body: object = None, headers: dict[str, str] | None = None) -> httpx.Response:
@@ -50,7 +50,7 @@ def test_session_repr_hides_tokens() -> None:
 def test_the_write_budget_follows_the_pds_headers_and_a_new_window() -> None:
     import time as _time
 
-    from gelbridge.pds import WriteBudget
+    from gelbridge._pds import WriteBudget
 
     b = WriteBudget()
     assert not b.low(100)  # nothing known: never low

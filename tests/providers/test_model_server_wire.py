@@ -13,7 +13,7 @@ from typing import Any
 import httpx
 import pytest
 
-from gelbridge.dev.model_server import (
+from gelbridge._dev.model_server import (
     CutStream,
     Delay,
     Fail,

@@ -16,7 +16,7 @@ from google import genai
 from google.genai import errors as genai_errors
 from google.genai import types as genai_types
 
-from gelbridge.dev.model_server import (
+from gelbridge._dev.model_server import (
     CutStream,
     Fail,
     MalformedBody,

@@ -8,10 +8,10 @@ from pathlib import Path
 import libipld
 import pytest
 
-from gelbridge.errors import RecordError
-from gelbridge.records import MessageRecord, SettingsRecord, parse_record
-from gelbridge.records.codec import cid_str, to_json_form
-from gelbridge.records.io import block_cid, encode_car, load_records
+from gelbridge._errors import RecordError
+from gelbridge._records import MessageRecord, SettingsRecord, parse_record
+from gelbridge._records.codec import cid_str, to_json_form
+from gelbridge._records.io import block_cid, encode_car, load_records
 
 DID = "did:plc:abc123"
 NONCE = bytes(range(24))

@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gelbridge.errors import RecordError
-from gelbridge.records import (
+from gelbridge._errors import RecordError
+from gelbridge._records import (
     AtUri,
     check_rkey,
     is_tid,

@@ -15,8 +15,8 @@ from typing import Any
 
 import pytest
 
-from gelbridge.errors import RecordError
-from gelbridge.records import MODELS_BY_TYPE, LexObject, UnknownPart
+from gelbridge._errors import RecordError
+from gelbridge._records import MODELS_BY_TYPE, LexObject, UnknownPart
 
 LEX_DIR = Path(__file__).resolve().parents[2] / "lexicons" / "chat" / "gel" / "assistant"
 DOCS: dict[str, dict[str, Any]] = {}
@@ -281,7 +281,7 @@ def check_union(p: dict[str, Any], nsid: str, ok: Any, ctx: str, cls: type[LexOb
 
 
 def test_unknown_parts_round_trip_unchanged() -> None:
-    from gelbridge.records import PlainContent
+    from gelbridge._records import PlainContent
 
     unknown = {"$type": "com.example.future#part", "anything": [1, {"nested": True}], "b": {"$bytes": "AQID"}}
     pc = PlainContent.from_value({"parts": [unknown]})

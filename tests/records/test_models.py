@@ -7,8 +7,8 @@ import base64
 import libipld
 import pytest
 
-from gelbridge.errors import RecordError
-from gelbridge.records import (
+from gelbridge._errors import RecordError
+from gelbridge._records import (
     MAX_RECORD_BYTES,
     BlobRef,
     ConversationRecord,

@@ -18,10 +18,10 @@ from hypothesis import strategies as st
 from pydantic import ValidationError
 from pydantic_core import SchemaValidator, core_schema
 
-from gelbridge.errors import RecordError
-from gelbridge.records import MessageRecord, PlainContent, TextPart, ToolCallPart, UnknownPart
-from gelbridge.records.codec import b64decode, bytes_validator
-from gelbridge.records.models import DATETIME_PATTERN, URI_PATTERN
+from gelbridge._errors import RecordError
+from gelbridge._records import MessageRecord, PlainContent, TextPart, ToolCallPart, UnknownPart
+from gelbridge._records.codec import b64decode, bytes_validator
+from gelbridge._records.models import DATETIME_PATTERN, URI_PATTERN
 
 # --- datetime ----------------------------------------------------------------------------
 
@@ -286,9 +286,9 @@ def test_record_errors_never_echo_a_value_from_the_input(change: dict) -> None:
 
 import orjson  # noqa: E402
 
-from gelbridge.records import MAX_RECORD_BYTES  # noqa: E402
-from gelbridge.records.codec import cbor_size  # noqa: E402
-from gelbridge.records.models import _bytes_as_blanks, _record_size  # noqa: E402
+from gelbridge._records import MAX_RECORD_BYTES  # noqa: E402
+from gelbridge._records.codec import cbor_size  # noqa: E402
+from gelbridge._records.models import _bytes_as_blanks, _record_size  # noqa: E402
 
 _scalars = st.none() | st.booleans() | st.integers(-(2**63), 2**63 - 1) | st.floats(allow_nan=False, allow_infinity=False) | st.text(max_size=12) | st.binary(max_size=40)
 _values = st.recursive(
@@ -325,7 +325,7 @@ def test_large_records_are_rejected_in_both_forms() -> None:
 
 # --- URIs -----------------------------------------------------------------------------------
 
-from gelbridge.records import SourcePart  # noqa: E402
+from gelbridge._records import SourcePart  # noqa: E402
 
 _REF_URI_RE = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*:[^\s]+")
 

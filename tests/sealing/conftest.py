@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from gelbridge.sealing import Keyring
+from gelbridge._sealing import Keyring
 
 
 @pytest.fixture(scope="module")

@@ -12,9 +12,9 @@ from pathlib import Path
 
 from typer.testing import CliRunner
 
-from gelbridge.cli import app
-from gelbridge.errors import KeyringError
-from gelbridge.sealing import Keyring
+from gelbridge._cli import app
+from gelbridge._errors import KeyringError
+from gelbridge._sealing import Keyring
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "conversation"
 runner = CliRunner()

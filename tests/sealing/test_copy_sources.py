@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest
 
-import gelbridge.sealing as sealing
-from gelbridge.records import MESSAGE_COLLECTION, AtUri, PlainContent, TextPart, new_tid, now_datetime
-from gelbridge.sealing import CopySources, Keyring, open_record, seal_content
+import gelbridge._sealing as sealing
+from gelbridge._records import MESSAGE_COLLECTION, AtUri, PlainContent, TextPart, new_tid, now_datetime
+from gelbridge._sealing import CopySources, Keyring, open_record, seal_content
 
 DID = "did:plc:copysources00000000000"
 

@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from pydantic import ValidationError
 from sealing_uris import URI
 
-from gelbridge.errors import (
+from gelbridge._errors import (
     DecryptError,
     MalformedSealError,
     MovedCiphertextError,
@@ -25,10 +25,10 @@ from gelbridge.errors import (
     UnknownKeyError,
     UnknownSchemeError,
 )
-from gelbridge.records import PlainContent
-from gelbridge.records.models import EncryptedContent, record_error
-from gelbridge.records.nesting import MAX_DEPTH
-from gelbridge.sealing import SCHEME, Keyring, _encrypt, open_content, seal_content
+from gelbridge._records import PlainContent
+from gelbridge._records.models import EncryptedContent, record_error
+from gelbridge._records.nesting import MAX_DEPTH
+from gelbridge._sealing import SCHEME, Keyring, _encrypt, open_content, seal_content
 
 PC = '"$type":"chat.gel.assistant.defs#plainContent"'
 TEXT = '"$type":"chat.gel.assistant.defs#textPart"'

@@ -9,8 +9,8 @@ from hypothesis import strategies as st
 from nacl.bindings import crypto_aead_xchacha20poly1305_ietf_decrypt, crypto_aead_xchacha20poly1305_ietf_encrypt
 from sealing_uris import OTHER, URI
 
-from gelbridge.errors import DecryptError, KeyringError, MovedCiphertextError, RecordError, UnknownKeyError
-from gelbridge.records import (
+from gelbridge._errors import DecryptError, KeyringError, MovedCiphertextError, RecordError, UnknownKeyError
+from gelbridge._records import (
     BlobRef,
     ImagePart,
     PlainContent,
@@ -22,7 +22,7 @@ from gelbridge.records import (
     ToolResultPart,
     UnknownPart,
 )
-from gelbridge.sealing import SCHEME, Keyring, _encrypt, content_of, open_content, open_value, seal_content, seal_value
+from gelbridge._sealing import SCHEME, Keyring, _encrypt, content_of, open_content, open_value, seal_content, seal_value
 
 CID = "bafyreihltcnuuyqp2jm24aqydpnlj7b6w3ogwrplomrjtg5rifv44mmjey"
 

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from nacl.bindings import crypto_aead_xchacha20poly1305_ietf_decrypt
 from sealing_uris import OTHER, URI
 
-from gelbridge.errors import (
+from gelbridge._errors import (
     DecryptError,
     KeyringError,
     MalformedSealError,
@@ -22,8 +22,8 @@ from gelbridge.errors import (
     UnknownKeyError,
     UnknownSchemeError,
 )
-from gelbridge.records import EncryptedContent, MessageRecord, PlainContent, TextPart
-from gelbridge.sealing import (
+from gelbridge._records import EncryptedContent, MessageRecord, PlainContent, TextPart
+from gelbridge._sealing import (
     SCHEME,
     Keyring,
     open_blob,

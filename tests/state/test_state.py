@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from gelbridge.errors import StateError, ToolJournalConflict
-from gelbridge.state import (
+from gelbridge._errors import StateError, ToolJournalConflict
+from gelbridge._state import (
     DB_FILENAME,
     ERRORS_KEPT,
     SCHEMA_VERSION,
@@ -124,7 +124,7 @@ def test_call_begun_before_a_crash_is_seen_as_interrupted(db_path: Path) -> None
     # and without closing the database.
     script = (
         "import os, sys\n"
-        "from gelbridge.state import CallRef, StateStore\n"
+        "from gelbridge._state import CallRef, StateStore\n"
         "s = StateStore(sys.argv[1])\n"
         "s.begin_tool_call(CallRef('did:a', 'conv', 'c9'), 'm.r0', 'mcp_x_send', 'dg')\n"
         "os._exit(3)\n"
@@ -205,7 +205,7 @@ def test_migration_from_v2_keys_claims_by_account_and_the_journal_by_conversatio
     """A v2 database (claims by reply key, journal by raw call id) opens as v3 with its
     rows kept: a journaled call is found again in its claim's conversation only, and no
     call id stays in the clear."""
-    import gelbridge.state as state_mod
+    import gelbridge._state as state_mod
 
     p = tmp_path / DB_FILENAME
     raw = sqlite3.connect(p, isolation_level=None)
@@ -329,7 +329,7 @@ def test_seen_events_prune_by_age(db_path: Path) -> None:
 
 
 def test_open_state_uses_the_configured_dir(tmp_path: Path) -> None:
-    from gelbridge.config import load_config
+    from gelbridge._config import load_config
 
     settings = load_config(env={"GELBRIDGE_STATE_DIR": str(tmp_path / "st")})
     with open_state(settings) as s:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from gelbridge.config import Settings
+from gelbridge._config import Settings
 from gelbridge.lux import LuxRequest, Message, Options, Text
 
 SCRIPTS = Path(__file__).resolve().parents[1] / "adapters" / "scripts"

@@ -1,6 +1,6 @@
 """Drive the built-in Lux-native adapters for tests: the real path, nothing faked.
 
-``complete`` runs ``gelbridge.adapters.client.ModelClient`` (registry of the repo's
+``complete`` runs ``gelbridge._adapters.client.ModelClient`` (registry of the repo's
 ``adapters/``, the Lua sandbox, ``ProviderTransport`` over httpx) against a
 ``ModelServer`` on 127.0.0.1, with retries off so error tests see the first answer.
 ``chunks`` feeds raw provider payloads straight into a script through the host's
@@ -13,10 +13,10 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from gelbridge.adapters.client import ModelClient, ModelResult
-from gelbridge.adapters.host import Adapter
-from gelbridge.adapters.registry import AdapterRegistry, builtin_adapters_dir
-from gelbridge.config import ProviderConfig, Settings
+from gelbridge._adapters.client import ModelClient, ModelResult
+from gelbridge._adapters.host import Adapter
+from gelbridge._adapters.registry import AdapterRegistry, builtin_adapters_dir
+from gelbridge._config import ProviderConfig, Settings
 from gelbridge.lux import LuxRequest, LuxResponse, StreamAccumulator, event_from_json
 
 NAMES = ("openai", "anthropic", "gemini", "ollama", "deepseek")

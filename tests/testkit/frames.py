@@ -13,8 +13,8 @@ from typing import Any
 
 import libipld
 
-from gelbridge.records.codec import to_json_form
-from gelbridge.records.io import block_cid, encode_car
+from gelbridge._records.codec import to_json_form
+from gelbridge._records.io import block_cid, encode_car
 
 MSG = "chat.gel.assistant.message"
 TIME = "2026-11-30T11:00:00.000Z"

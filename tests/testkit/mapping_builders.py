@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from gelbridge.mapping import OpenedMessage
-from gelbridge.records import (
+from gelbridge._mapping import OpenedMessage
+from gelbridge._records import (
     GenerationRequest,
     MessageRecord,
     ModelRef,

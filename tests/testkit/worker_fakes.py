@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from gelbridge.errors import ClaimConflict
-from gelbridge.pds import PutResult
+from gelbridge._errors import ClaimConflict
+from gelbridge._pds import PutResult
 
 DID = "did:plc:abcdefghijklmnopqrstuvwx"
 

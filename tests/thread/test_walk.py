@@ -4,15 +4,15 @@ from __future__ import annotations
 
 import pytest
 
-from gelbridge.errors import (
+from gelbridge._errors import (
     ForeignConversationError,
     MissingRecordError,
     RecordError,
     ThreadCycleError,
     ThreadTooDeepError,
 )
-from gelbridge.records import GenerationRequest
-from gelbridge.thread import previous_reply_rkey, walk_thread
+from gelbridge._records import GenerationRequest
+from gelbridge._thread import previous_reply_rkey, walk_thread
 from testkit.mapping_builders import reply, user  # noqa: E402
 
 

@@ -6,7 +6,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from gelbridge.tools.approval import (
+from gelbridge._tools.approval import (
     CONFLICTING,
     EXPIRED,
     NOT_ANSWERED,

@@ -7,11 +7,11 @@ from datetime import UTC, datetime
 
 import pytest
 
-from gelbridge.config import Settings
-from gelbridge.errors import ConfigError
-from gelbridge.tools import ToolCall, builtin_tools, execute_calls, load_tool_registry
-from gelbridge.tools.config import CurrentTimeConfig
-from gelbridge.tools.current_time import describe_time, make_current_time
+from gelbridge._config import Settings
+from gelbridge._errors import ConfigError
+from gelbridge._tools import ToolCall, builtin_tools, execute_calls, load_tool_registry
+from gelbridge._tools.config import CurrentTimeConfig
+from gelbridge._tools.current_time import describe_time, make_current_time
 
 NOON = datetime(2026, 7, 1, 12, 0, 0, tzinfo=UTC)
 
@@ -26,7 +26,7 @@ def test_current_time_in_utc_and_a_zone() -> None:
 
 
 async def test_current_time_through_the_executor() -> None:
-    from gelbridge.tools import ToolRegistry
+    from gelbridge._tools import ToolRegistry
 
     reg = ToolRegistry([make_current_time(CurrentTimeConfig(), clock=lambda: NOON)])
     (ok, extra) = await execute_calls(

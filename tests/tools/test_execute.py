@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from gelbridge.tools import (
+from gelbridge._tools import (
     Tool,
     ToolCall,
     ToolOutput,

@@ -14,8 +14,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import httpx
 import pytest
 
-from gelbridge.tools.config import FetchUrlConfig
-from gelbridge.tools.fetch_url import (
+from gelbridge._tools.config import FetchUrlConfig
+from gelbridge._tools.fetch_url import (
     FetchRefused,
     address_is_public,
     choose_address,
@@ -202,7 +202,7 @@ def test_content_kinds_and_html_text() -> None:
 
 
 def test_fetch_url_needs_approval_by_default() -> None:
-    from gelbridge.tools import builtin_tools
+    from gelbridge._tools import builtin_tools
 
     tools = {t.name: t for t in builtin_tools({})}
     assert tools["fetch_url"].approval == "always" and tools["current_time"].approval == "never"

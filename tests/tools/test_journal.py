@@ -5,10 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from gelbridge.state import CallRef, StateStore
-from gelbridge.tools import Tool, ToolCall, ToolOutput, ToolRegistry
-from gelbridge.tools.approval import input_digest
-from gelbridge.tools.journal import INTERRUPTED_OUTPUT, execute_journaled
+from gelbridge._state import CallRef, StateStore
+from gelbridge._tools import Tool, ToolCall, ToolOutput, ToolRegistry
+from gelbridge._tools.approval import input_digest
+from gelbridge._tools.journal import INTERRUPTED_OUTPUT, execute_journaled
 
 KEY = 0x5A
 

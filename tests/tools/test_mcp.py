@@ -16,9 +16,9 @@ from typing import Any
 import pytest
 import pytest_asyncio
 
-from gelbridge.config import Settings
-from gelbridge.errors import ConfigError
-from gelbridge.tools import ToolCall, ToolRegistry, execute_calls, load_tool_registry, mcp_tool_name
+from gelbridge._config import Settings
+from gelbridge._errors import ConfigError
+from gelbridge._tools import ToolCall, ToolRegistry, execute_calls, load_tool_registry, mcp_tool_name
 
 SERVER = str(Path(__file__).with_name("mcp_test_server.py"))
 PYTHON = sys.executable
@@ -171,7 +171,7 @@ async def test_servers_that_fail_or_hang_at_start_are_left_out(errlog, caplog) -
 
 
 def test_bad_mcp_configuration_is_a_config_error() -> None:
-    from gelbridge.tools.config import mcp_servers
+    from gelbridge._tools.config import mcp_servers
 
     with pytest.raises(ConfigError, match=r"\[mcp.servers.both\]"):
         mcp_servers({"servers": {"both": {"command": ["x"], "url": "http://127.0.0.1/"}}})

@@ -6,8 +6,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gelbridge.errors import ProviderError
-from gelbridge.transport import NDJSONDecoder, SSEDecoder, SSEEvent
+from gelbridge._errors import ProviderError
+from gelbridge._transport import NDJSONDecoder, SSEDecoder, SSEEvent
 
 
 def decode_sse(*chunks: bytes) -> list[SSEEvent]:

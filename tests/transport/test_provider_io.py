@@ -7,9 +7,9 @@ import time
 import pytest
 from transport_server import Script, reply_json, reply_raw, reply_stream, stall
 
-from gelbridge.config import ProviderConfig
-from gelbridge.errors import ConfigError, ProviderError
-from gelbridge.transport import ProviderTransport, RetryPolicy, TransportPool, TransportTiming
+from gelbridge._config import ProviderConfig
+from gelbridge._errors import ConfigError, ProviderError
+from gelbridge._transport import ProviderTransport, RetryPolicy, TransportPool, TransportTiming
 
 OK = {"choices": [{"message": {"content": "hi"}}]}
 FAST = RetryPolicy(max_retries=3, base_delay=0.01, max_delay=1.0, jitter=0)
@@ -322,8 +322,8 @@ async def test_a_stream_of_keep_alive_comments_ends_at_the_deadline_not_the_read
 
 
 async def test_the_provider_deadline_setting_reaches_its_transport() -> None:
-    from gelbridge.config import Settings
-    from gelbridge.transport import TransportPool
+    from gelbridge._config import Settings
+    from gelbridge._transport import TransportPool
 
     s = Settings.model_validate({"providers": {"p": {"adapter": "openai", "base_url": "http://127.0.0.1:9/v1",
                                                      "deadline": 42}}})

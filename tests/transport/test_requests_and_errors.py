@@ -8,8 +8,8 @@ import random
 
 import pytest
 
-from gelbridge.errors import ConfigError, ProviderError
-from gelbridge.transport import (
+from gelbridge._errors import ConfigError, ProviderError
+from gelbridge._transport import (
     RetryPolicy,
     auth_headers,
     default_auth_style,

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from gelbridge.records import MessageRecord
-from gelbridge.worker.decide import ask_of, decide_existing_reply, error_message, peek_ask
-from gelbridge.worker.sources import CursorTracker
+from gelbridge._records import MessageRecord
+from gelbridge._worker.decide import ask_of, decide_existing_reply, error_message, peek_ask
+from gelbridge._worker.sources import CursorTracker
 
 MSG = "chat.gel.assistant.message"
 
@@ -72,9 +72,9 @@ def test_cursor_tracker_saves_only_below_the_oldest_open_event() -> None:
 
 
 def test_a_reply_error_kind_is_a_known_kind_and_its_message_never_someone_elses_text() -> None:
-    from gelbridge.errors import AdapterError, PdsUnavailable, ProviderError, RecordError, StateError
-    from gelbridge.worker.decide import REPLY_ERROR_KINDS, reply_error_kind
-    from gelbridge.worker.turn import _error_of
+    from gelbridge._errors import AdapterError, PdsUnavailable, ProviderError, RecordError, StateError
+    from gelbridge._worker.decide import REPLY_ERROR_KINDS, reply_error_kind
+    from gelbridge._worker.turn import _error_of
 
     assert reply_error_kind("rate_limit") == "rate_limit" and reply_error_kind("decrypt_failed") == "decrypt_failed"
     assert reply_error_kind("canary says hi") == "server_error" and reply_error_kind(None) == "server_error"

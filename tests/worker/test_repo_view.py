@@ -7,9 +7,9 @@ from typing import Any
 
 import pytest
 
-from gelbridge.errors import PdsUnavailable
-from gelbridge.pds import PdsClient
-from gelbridge.worker.repo import RepoView
+from gelbridge._errors import PdsUnavailable
+from gelbridge._pds import PdsClient
+from gelbridge._worker.repo import RepoView
 
 
 def closed_port() -> int:

@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import asyncio
 
-from gelbridge.records import MessageRecord, TextPart, ToolCallPart, ToolResultPart
-from gelbridge.records.models import ReasoningPart
-from gelbridge.sealing import Keyring, content_of
-from gelbridge.worker.repo import RepoView
-from gelbridge.worker.resume import resume_point, tool_steps
-from gelbridge.worker.writer import ReplyWriter
+from gelbridge._records import MessageRecord, TextPart, ToolCallPart, ToolResultPart
+from gelbridge._records.models import ReasoningPart
+from gelbridge._sealing import Keyring, content_of
+from gelbridge._worker.repo import RepoView
+from gelbridge._worker.resume import resume_point, tool_steps
+from gelbridge._worker.writer import ReplyWriter
 from testkit.worker_fakes import DID, Clock, FakePds
 
 

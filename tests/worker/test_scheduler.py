@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import asyncio
 
-from gelbridge.worker.decide import Ask
-from gelbridge.worker.scheduler import Scheduler
-from gelbridge.worker.turn import TurnJob, TurnReport
+from gelbridge._worker.decide import Ask
+from gelbridge._worker.scheduler import Scheduler
+from gelbridge._worker.turn import TurnJob, TurnReport
 
 
 def job(msg: str, conv: str, attempt: int = 0) -> TurnJob:

@@ -6,8 +6,8 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from gelbridge.records import CONVERSATION_COLLECTION, SETTINGS_COLLECTION, SETTINGS_RKEY
-from gelbridge.worker.repo import SideRecords
+from gelbridge._records import CONVERSATION_COLLECTION, SETTINGS_COLLECTION, SETTINGS_RKEY
+from gelbridge._worker.repo import SideRecords
 
 DID = "did:plc:abcdefghijklmnopqrstuvwx"
 NOW = "2025-01-01T00:00:00.000Z"

@@ -16,12 +16,12 @@ import libipld
 import pytest
 import websockets
 
-from gelbridge.errors import PdsUnavailable
-from gelbridge.firehose import RepoEvent
-from gelbridge.records.constants import MESSAGE_COLLECTION
-from gelbridge.state import StateStore
-from gelbridge.worker import sources
-from gelbridge.worker.sources import FirehoseSource, PollSource
+from gelbridge._errors import PdsUnavailable
+from gelbridge._firehose import RepoEvent
+from gelbridge._records.constants import MESSAGE_COLLECTION
+from gelbridge._state import StateStore
+from gelbridge._worker import sources
+from gelbridge._worker.sources import FirehoseSource, PollSource
 
 DID = "did:plc:aaaa"
 
@@ -219,7 +219,7 @@ async def test_poll_retries_a_transient_failure_at_the_next_poll_and_skips_one_t
 async def test_a_sweep_loop_asked_to_sweep_at_start_does_not_wait_for_its_interval() -> None:
     """Without a backfill (``Bridge(backfill=False)``) a reply a crash left streaming is
     finished right after start, not after the first 30 s interval."""
-    from gelbridge.worker.service import Worker
+    from gelbridge._worker.service import Worker
 
     class Sweeping:
         def __init__(self) -> None:

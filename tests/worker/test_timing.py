@@ -9,11 +9,11 @@ from pathlib import Path
 
 from typer.testing import CliRunner
 
-from gelbridge.cli import app
-from gelbridge.config import Settings
-from gelbridge.state import _MIGRATIONS, DB_FILENAME, SCHEMA_VERSION, StateStore, TurnTiming
-from gelbridge.worker import status_report
-from gelbridge.worker.timing import ReadClock, reading, start_reads, stop_reads
+from gelbridge._cli import app
+from gelbridge._config import Settings
+from gelbridge._state import _MIGRATIONS, DB_FILENAME, SCHEMA_VERSION, StateStore, TurnTiming
+from gelbridge._worker import status_report
+from gelbridge._worker.timing import ReadClock, reading, start_reads, stop_reads
 
 
 class Clock:

@@ -1,4 +1,4 @@
-"""The intake shared by `gelbridge run` and the Bridge (gelbridge.worker.watch): which
+"""The intake shared by `gelbridge run` and the Bridge (gelbridge._worker.watch): which
 sources [watch] gives for a set of workers, and where gaps, reconnects and records go.
 Stand-in workers, no network (the sources are built, not run)."""
 
@@ -11,13 +11,13 @@ from typing import Any
 
 import pytest
 
-from gelbridge.config import WatchConfig
-from gelbridge.errors import ConfigError
-from gelbridge.ingest import IncomingRecord
-from gelbridge.records.constants import MESSAGE_COLLECTION
-from gelbridge.state import StateStore
-from gelbridge.worker.sources import FirehoseSource, PollSource, firehose_cursor_key
-from gelbridge.worker.watch import backfill_logged, deliver, run_until, stop_tasks, watch_sources
+from gelbridge._config import WatchConfig
+from gelbridge._errors import ConfigError
+from gelbridge._ingest import IncomingRecord
+from gelbridge._records.constants import MESSAGE_COLLECTION
+from gelbridge._state import StateStore
+from gelbridge._worker.sources import FirehoseSource, PollSource, firehose_cursor_key
+from gelbridge._worker.watch import backfill_logged, deliver, run_until, stop_tasks, watch_sources
 
 A, B, C = "did:plc:aaaa", "did:plc:bbbb", "did:plc:cccc"
 

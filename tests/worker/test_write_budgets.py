@@ -11,11 +11,11 @@ from types import SimpleNamespace
 
 import pytest
 
-from gelbridge.config import RelayConfig, Settings
-from gelbridge.pds import RelayBudget, WriteBudget
-from gelbridge.state import SCHEMA_VERSION, StateStore, TurnTiming
-from gelbridge.worker import status_report
-from gelbridge.worker.writer import SKIP_AT, SPACE_OUT_AT, SPACING, progress_gap
+from gelbridge._config import RelayConfig, Settings
+from gelbridge._pds import RelayBudget, WriteBudget
+from gelbridge._state import SCHEMA_VERSION, StateStore, TurnTiming
+from gelbridge._worker import status_report
+from gelbridge._worker.writer import SKIP_AT, SPACE_OUT_AT, SPACING, progress_gap
 
 
 class Clock:

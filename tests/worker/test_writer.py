@@ -7,11 +7,11 @@ from typing import Any
 
 import pytest
 
-from gelbridge.errors import ClaimConflict
-from gelbridge.records import MessageRecord, TextPart
-from gelbridge.sealing import Keyring, content_of
-from gelbridge.worker.repo import RepoView
-from gelbridge.worker.writer import ReplyWriter
+from gelbridge._errors import ClaimConflict
+from gelbridge._records import MessageRecord, TextPart
+from gelbridge._sealing import Keyring, content_of
+from gelbridge._worker.repo import RepoView
+from gelbridge._worker.writer import ReplyWriter
 from testkit.worker_fakes import DID, Clock, FakePds
 
 
@@ -88,8 +88,8 @@ async def test_a_plain_message_gets_plain_content_and_an_unknown_key_gets_none()
 
 
 def test_parts_are_cut_to_the_budget_keeping_calls_with_their_results_and_whole_characters() -> None:
-    from gelbridge.records import ReasoningPart, ToolCallPart, ToolResultPart
-    from gelbridge.worker.writer import content_budget, content_bytes, fit_parts, size_bound
+    from gelbridge._records import ReasoningPart, ToolCallPart, ToolResultPart
+    from gelbridge._worker.writer import content_budget, content_bytes, fit_parts, size_bound
 
     assert 100_000 < content_budget(150 * 1024) < 115_000  # ~110 KB of content fits the reference PDS
     parts = [ReasoningPart(text="r" * 1000), TextPart(text="é" * 5000),

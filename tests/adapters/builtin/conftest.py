@@ -6,7 +6,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from gelbridge.dev.model_server import ModelServer
+from gelbridge._dev.model_server import ModelServer
 from testkit import builtin_harness as harness
 
 

@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from gelbridge.dev.model_server import CutStream, Fail, MalformedBody, MidStreamError, ToolCall, Turn
-from gelbridge.errors import ProviderError
+from gelbridge._dev.model_server import CutStream, Fail, MalformedBody, MidStreamError, ToolCall, Turn
+from gelbridge._errors import ProviderError
 from gelbridge.lux import LuxRequest, Message, Options, Text, Thinking, Tool, ToolUse
 from testkit import builtin_harness as harness
 

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from gelbridge.dev.model_server import Turn
+from gelbridge._dev.model_server import Turn
 from gelbridge.lux import (
     LuxRequest,
     Media,
@@ -20,7 +20,7 @@ from gelbridge.lux import (
     ToolResult,
     ToolUse,
 )
-from gelbridge.lux.models import StructuredOutput
+from gelbridge.lux._models import StructuredOutput
 from testkit import builtin_harness as harness
 
 TOOLS = [Tool("a", {"type": "object", "properties": {}}), Tool("b", {"type": "object", "properties": {}})]
@@ -152,7 +152,7 @@ async def test_ollama_request_shape(open_server):
 
 def test_openai_message_shapes_without_network():
     """Each message form the family writes (single-block forms take a shortcut in luxkit)."""
-    from gelbridge.adapters.client import provider_body
+    from gelbridge._adapters.client import provider_body
     from gelbridge.lux import ProviderData, Thinking
 
     conv = [

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from gelbridge.dev.model_server import ToolCall, Turn
+from gelbridge._dev.model_server import ToolCall, Turn
 from gelbridge.lux import LuxRequest, Message, Options, Text, Tool, ToolResult, ToolUse
 from testkit import builtin_harness as harness
 

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from gelbridge.adapters import sandbox
-from gelbridge.adapters.host import load_adapter
-from gelbridge.adapters.sandbox import SandboxLimits
+from gelbridge._adapters import sandbox
+from gelbridge._adapters.host import load_adapter
+from gelbridge._adapters.sandbox import SandboxLimits
 from testkit import builtin_harness as harness
 
 LUXKIT = Path(sandbox.__file__).with_name("lua") / "luxkit.lua"

@@ -66,8 +66,8 @@ def test_gemini_calls_without_ids_are_named_by_the_host_after_the_reply_key():
     """Gemini gives no call ids (and a gateway may give no response id): the adapter
     leaves them empty and the host derives them from the reply key, so two conversations
     never share an id like ``call__0``."""
+    from gelbridge._mapping import CallIds, response_to_parts
     from gelbridge.lux import LuxResponse
-    from gelbridge.mapping import CallIds, response_to_parts
 
     def g(rid):
         return json.dumps({"responseId": rid, "candidates": [{"finishReason": "STOP", "content": {"parts": [

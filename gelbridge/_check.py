@@ -1,0 +1,170 @@
+"""``gelbridge check``: an operator's mistake is found at start, never in a user's chat.
+
+The file itself is checked when it is read (``config.load_config``: every unknown key
+with the closest valid name, every wrong value, all at once). This module checks the
+configuration against the world: every ``[providers.*]`` names a loaded adapter and its
+``api_key_env`` is set; every default model names a configured provider and every
+default tool exists; each account's keyring is readable and holds a key; every MCP
+server starts and lists its tools; the PDS answers and the credentials log in.
+``gelbridge run`` runs the same checks (the login is the worker's own) before it says
+ready, and exits non-zero on any problem, before anything is written to a PDS.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from gelbridge._config import Settings
+from gelbridge._errors import GelbridgeError, PdsAuthError, PdsError
+
+
+@dataclass
+class CheckReport:
+    """What was checked (``lines``, a short summary) and what is wrong (``problems``,
+    one line each; empty: all is well)."""
+
+    lines: list[str] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+
+async def check_settings(settings: Settings, *, environ: Mapping[str, str], login: bool = True) -> CheckReport:
+    """Check ``settings`` against adapters, environment, keyrings, MCP servers and (with
+    ``login``) the PDS. Never raises for a problem it can name."""
+    rep = CheckReport()
+    try:
+        accounts = settings.accounts_list()
+    except GelbridgeError as e:
+        rep.problems.append(str(e))
+        accounts = []
+    if settings.watch.source == "jetstream" and not settings.watch.url:
+        rep.problems.append('[watch] source = "jetstream" needs url = "wss://<jetstream host>"')
+    if settings.observability.traces:
+        from gelbridge import _tracing as tracing
+
+        if not tracing.available():
+            rep.problems.append(tracing.EXTRA_HINT)
+        else:
+            rep.lines.append(f"traces     OTLP/HTTP to {settings.observability.otlp_endpoint or 'the SDK default'}")
+    _check_providers(settings, environ, rep)
+    per_account = [settings.for_account(a) for a in accounts] if settings.accounts else (
+        [settings] if accounts else [])
+    for acct in per_account:
+        _check_defaults(acct, rep, label=_label(settings, acct))
+        _check_keyring(acct, environ, rep, label=_label(settings, acct))
+    await _check_tools(settings, environ, rep)
+    if login:
+        for acct in per_account:
+            await _check_login(acct, environ, rep, label=_label(settings, acct))
+    return rep
+
+
+def _label(settings: Settings, acct: Settings) -> str:
+    return f"[[accounts]] {acct.account.identifier}" if settings.accounts else "[account]"
+
+
+def _check_providers(settings: Settings, environ: Mapping[str, str], rep: CheckReport) -> None:
+    from gelbridge._adapters.registry import registry_from_settings
+
+    try:
+        registry = registry_from_settings(settings)
+    except GelbridgeError as e:
+        rep.problems.append(f"[adapters]: {e}")
+        return
+    names = set(registry.names())
+    for entry in registry.entries():
+        if entry.status == "failed" and not entry.builtin:
+            rep.problems.append(f"[adapters] {entry.source}: does not load: {entry.error}")
+    for name, p in settings.providers.items():
+        if p.adapter not in names:
+            rep.problems.append(f"[providers.{name}] adapter = {p.adapter!r}: no such adapter (loaded: "
+                                f"{', '.join(sorted(names))}; see 'gelbridge adapters list')")
+        if p.api_key_env and not environ.get(p.api_key_env):
+            rep.problems.append(f"[providers.{name}] api_key_env: ${p.api_key_env} is not set; export the API key in it")
+    rep.lines.append(f"providers  {', '.join(f'{n} ({p.adapter})' for n, p in settings.providers.items()) or 'none'}")
+
+
+def _check_defaults(acct: Settings, rep: CheckReport, *, label: str) -> None:
+    model = acct.defaults.model
+    where = "[defaults]" if label == "[account]" else f"{label} defaults"
+    if model is not None and model.provider not in acct.providers:
+        known = ", ".join(sorted(acct.providers)) or "none"
+        rep.problems.append(f"{where} model: provider {model.provider!r} is not configured in [providers] "
+                            f"(configured: {known})")
+
+
+def _check_keyring(acct: Settings, environ: Mapping[str, str], rep: CheckReport, *, label: str) -> None:
+    from gelbridge._worker.service import load_keyring
+
+    try:
+        ring = load_keyring(acct, environ)
+    except GelbridgeError as e:
+        rep.problems.append(f"{label} keyring: {e}")
+        return
+    if len(ring) == 0:
+        rep.problems.append(f"{label} keyring holds no key: add one with 'gelbridge keys new --keyring FILE' "
+                            "(or the key your chat app shares)")
+        return
+    rep.lines.append(f"keyring    {label}: {len(ring)} key(s)")
+
+
+async def _check_tools(settings: Settings, environ: Mapping[str, str], rep: CheckReport) -> None:
+    from gelbridge._tools import load_tool_registry
+    from gelbridge._tools.config import mcp_servers
+
+    try:
+        registry = await load_tool_registry(settings, environ=dict(environ))
+    except GelbridgeError as e:
+        rep.problems.append(f"[tools]/[mcp]: {e}")
+        return
+    names = set(registry.names())
+    await registry.aclose()  # the MCP servers were started to list their tools: stop them
+    for server, cfg in mcp_servers(dict(settings.mcp)).items():
+        if cfg.enabled and not any(n.startswith(f"mcp_{server}_") for n in names):
+            rep.problems.append(f"[mcp.servers.{server}]: the server did not start or lists no tools "
+                                "(its error is in the log above)")
+    defaults = [settings.defaults, *(a.defaults for a in settings.accounts if a.defaults is not None)]
+    for d in defaults:
+        for tool in d.tools:
+            if tool not in names:
+                rep.problems.append(f"[defaults] tools: {tool!r} is not a tool here (tools: {', '.join(sorted(names))})")
+    rep.lines.append(f"tools      {', '.join(sorted(names)) or 'none'}")
+
+
+async def _check_login(acct: Settings, environ: Mapping[str, str], rep: CheckReport, *, label: str) -> None:
+    from gelbridge._identity import IdentityError, check_session_did, pds_url_of
+    from gelbridge._pds import PdsClient
+
+    a = acct.account
+    if not a.identifier:
+        return  # accounts_list said so
+    password = environ.get(a.password_env)
+    if not password:
+        rep.problems.append(f"{label} password_env: ${a.password_env} is not set; export an app password in it")
+        return
+    try:
+        url, expected_did = await pds_url_of(a.pds, a.identifier, acct.identity)
+    except IdentityError as e:
+        rep.problems.append(f"{label}: {e}")
+        return
+    try:
+        async with PdsClient(url) as pds:
+            session = await pds.login(a.identifier, password)
+    except PdsAuthError:
+        rep.problems.append(f"{label}: the PDS at {url} refused the login of {a.identifier}: check the "
+                            f"identifier and the app password in ${a.password_env}")
+        return
+    except PdsError as e:
+        rep.problems.append(f"{label}: the PDS at {url} does not answer ({type(e).__name__}): check pds = ...")
+        return
+    try:
+        check_session_did(session.did, expected_did, a.identifier, url)
+    except IdentityError as e:
+        rep.problems.append(f"{label}: {e}")
+        return
+    how = "" if a.pds else " (resolved from the identifier)"
+    rep.lines.append(f"pds        {label}: {url}{how} logged in as {session.handle} ({session.did})")

@@ -1,0 +1,60 @@
+"""The ``gelbridge`` command line.
+
+Each command group lives in its own module and registers itself on ``app``.
+Errors derived from ``GelbridgeError`` end the command with one clear line on
+stderr and exit code 1, never a traceback.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import typer
+
+from gelbridge._errors import GelbridgeError
+
+app = typer.Typer(
+    name="gelbridge",
+    help=(
+        "Answer end-to-end encrypted chat records in your atproto repo with an AI model.\n\n"
+        "Offline: 'keys', 'open', 'convert', 'reply', 'adapters'. "
+        "Online: 'check' checks a configuration, 'run' watches your PDS and answers, 'status' shows how it goes; "
+        "'demo' runs everything locally."
+    ),
+    no_args_is_help=True,
+    add_completion=True,
+    context_settings={"help_option_names": ["-h", "--help"]},
+    pretty_exceptions_enable=False,
+    rich_markup_mode="markdown",  # help texts name config sections like [worker]: no rich tags
+)
+
+def _version(value: bool) -> None:
+    if value:
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            print(f"gelbridge {version('gelbridge')}")
+        except PackageNotFoundError:  # running from a tree that is not installed
+            print("gelbridge (not installed)")
+        raise typer.Exit()
+
+
+@app.callback()
+def _main(
+    show_version: bool = typer.Option(False, "--version", "-V", callback=_version, is_eager=True,
+                                      help="Print the version and exit."),
+) -> None:
+    """Answer end-to-end encrypted chat records in your atproto repo with an AI model."""
+
+
+# Command modules register themselves on `app` when imported.
+from gelbridge._cli import _modules  # noqa: E402,F401
+
+
+def main() -> None:
+    """Console-script entry point."""
+    try:
+        app()
+    except GelbridgeError as e:
+        print(f"error: {e}", file=sys.stderr)
+        raise SystemExit(1) from None

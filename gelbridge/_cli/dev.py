@@ -1,0 +1,53 @@
+"""``gelbridge dev ...``: developer tools. ``gelbridge dev pds`` runs a local reference PDS."""
+
+from __future__ import annotations
+
+import json
+import signal
+import sys
+import threading
+from types import FrameType
+
+import typer
+
+from gelbridge._cli import app
+
+dev_app = typer.Typer(
+    help="Developer tools: a local reference PDS (and more) for trying gelbridge offline.",
+    no_args_is_help=True,
+)
+app.add_typer(dev_app, name="dev")
+
+
+@dev_app.command("pds")
+def pds_command(
+    port: int = typer.Option(None, "--port", help="PDS port on 127.0.0.1 (default: a free port)."),
+    timeout: float = typer.Option(120.0, "--timeout", help="Seconds to wait for the PDS to start."),
+) -> None:
+    """Run a throwaway reference PDS + PLC on loopback until Ctrl-C / SIGTERM.
+
+    Installs it on first use (npm, a few minutes; cached outside the repo). Prints one
+    JSON line {"pds": URL, "plc": URL} on stdout when ready. Accounts: handles end in
+    ".test", no invite needed; all data is deleted on exit.
+    """
+    from gelbridge._dev.pds import DevPds
+
+    stop = threading.Event()
+
+    def on_signal(signum: int, frame: FrameType | None) -> None:
+        stop.set()
+
+    old = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
+    pds = DevPds()
+    try:
+        pds.start(port=port, timeout=timeout)
+        print(json.dumps({"pds": pds.pds_url, "plc": pds.plc_url}), flush=True)
+        print(f"dev PDS running at {pds.pds_url} (PLC {pds.plc_url}); Ctrl-C to stop", file=sys.stderr)
+        while not stop.wait(0.5):
+            if not pds.running:
+                print("error: the dev PDS exited unexpectedly", file=sys.stderr)
+                raise typer.Exit(1)
+    finally:
+        pds.stop()
+        for s, h in old.items():
+            signal.signal(s, h)

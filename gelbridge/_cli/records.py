@@ -1,0 +1,197 @@
+"""Offline record commands: ``gelbridge open`` and ``gelbridge convert``.
+
+Shared pieces for every command here: :data:`RecordsArgument`,
+:data:`KeyringOption`, :func:`load_keyring`, :func:`open_file` (records of a file with
+their sealed fields opened) and :func:`print_json`.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from gelbridge._cli import app
+from gelbridge._config import Settings, load_config
+from gelbridge._errors import ConfigError, GelbridgeError, KeyringError, RecordError
+from gelbridge._records.io import load_records
+from gelbridge._records.models import MessageRecord
+from gelbridge._sealing import KEYRING_ENV, CopySources, Keyring, OpenedRecord, open_record
+from gelbridge.lux import Diagnostic, LuxRequest
+
+RecordsArgument = Annotated[
+    Path,
+    typer.Argument(
+        help="Records: listRecords JSON, a JSON array of {uri, cid, value}, or a getRepo CAR file.",
+        show_default=False,
+    ),
+]
+
+KeyringOption = Annotated[
+    Path | None,
+    typer.Option("--keyring", envvar=KEYRING_ENV, help=f"Keyring file (JSON). Default: ${KEYRING_ENV}."),
+]
+
+ShowContentOption = Annotated[
+    bool,
+    typer.Option("--show-content", help="Let diagnostics name what only the opened content tells (unknown "
+                                        "part types, mime types, providers of dropped data). Off by default: "
+                                        "stderr often ends up in logs."),
+]
+
+
+def load_keyring(path: Path | None) -> Keyring:
+    """The keyring at ``path``, or a clear error naming both ways to give one."""
+    if path is None:
+        raise KeyringError(f"no keyring: pass --keyring FILE or set {KEYRING_ENV}")
+    return Keyring.load(path)
+
+
+def open_file(records: Path, keyring: Keyring | None) -> list[OpenedRecord]:
+    """Every record of the file, chat.gel.assistant records parsed and opened.
+
+    A sealed value copied from another record of the same file is reported as such.
+    Records of other collections are passed through unchanged.
+    """
+    entries = load_records(records)
+    uris = CopySources((e.uri, e.value) for e in entries)
+    out: list[OpenedRecord] = []
+    for e in entries:
+        if not e.uri.collection.startswith("chat.gel.assistant."):
+            out.append(OpenedRecord(e.uri, e.cid, e.value))
+            continue
+        out.append(open_record(e.uri, e.cid, e.value, keyring=keyring, candidate_uris=uris))
+    return out
+
+
+def print_json(doc: Any) -> None:
+    """Pretty JSON on stdout (UTF-8, non-ASCII kept; a document holding a string that is
+    not valid Unicode, as a malformed record printed as it is may, is written with
+    ``\\u`` escapes instead, which is still JSON)."""
+    text = json.dumps(doc, indent=2, ensure_ascii=False)
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        text = json.dumps(doc, indent=2, ensure_ascii=True)
+    sys.stdout.write(text + "\n")
+
+
+@app.command("open")
+def open_command(records: RecordsArgument, keyring: KeyringOption = None) -> None:
+    """Print records as JSON with every sealed content/instructions opened.
+
+    Records that cannot be opened are printed as they are, with an "error" field;
+    the command then exits non-zero.
+    """
+    ring = load_keyring(keyring)
+    opened = open_file(records, ring)
+    out = []
+    failed = 0
+    for r in opened:
+        entry: dict[str, Any] = {"uri": str(r.uri)}
+        if r.cid is not None:
+            entry["cid"] = r.cid
+        entry["value"] = r.opened_value() if r.error is None else _json_form(r.value)
+        if r.error is not None:
+            failed += 1
+            entry["error"] = f"{type(r.error).__name__}: {r.error}"
+        out.append(entry)
+    print_json({"records": out})
+    if failed:
+        raise GelbridgeError(
+            f"{failed} of {len(opened)} records could not be opened (see their \"error\" fields)"
+        )
+
+
+def _json_form(value: dict[str, Any]) -> dict[str, Any]:
+    """A record value as it is, for printing: JSON form, nesting past the limit cut."""
+    from gelbridge._records.codec import to_json_form
+    from gelbridge._records.nesting import cut
+
+    return to_json_form(cut(value))
+
+
+
+# --- convert ---------------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class ConvertResult:
+    """What ``convert`` computed, with the worker's own turn: the first request it would
+    send, to which provider, and every diagnostic of the way."""
+
+    request: LuxRequest
+    provider: str
+    diagnostics: list[Diagnostic]
+
+
+def convert_file(records: Path, keyring: Keyring, message: str, settings: Settings) -> ConvertResult:
+    """The thread of ``message`` in a record file → the Lux IR request for its reply: the
+    worker's turn up to its first model call (``gelbridge._worker.offline``)."""
+    import asyncio
+
+    from gelbridge._worker.offline import CaptureModel, run_offline
+
+    capture = CaptureModel()
+    turn = asyncio.run(run_offline(records, message, keyring, settings, model=capture, check_provider=False))
+    if capture.request is None or capture.provider is None:
+        raise _why_no_request(records, message, turn)
+    return ConvertResult(capture.request, capture.provider, turn.diagnostics)
+
+
+def _why_no_request(records: Path, message: str, turn: Any) -> GelbridgeError:
+    """The turn ended before any model call: say why, as the reply would."""
+    if turn.decision == "bad-record":
+        value = next(e.value for e in load_records(records) if e.uri.rkey == message)
+        try:
+            MessageRecord.from_value(value)
+        except RecordError as e:
+            return e
+    if turn.reply is None:
+        return RecordError(f"message {message} asks for no reply (a user message with generation is needed)")
+    err = turn.reply.get("error") or {}
+    why = err.get("message") or f"the reply ended {turn.reply.get('status')}"
+    if err.get("kind") == "invalid_request" and "model" in why and "[defaults] model" in why:
+        return ConfigError(f"{why}; set [defaults] model in the config (--config)")
+    return GelbridgeError(f"no request: {why}")
+
+
+@app.command("convert")
+def convert_command(
+    records: RecordsArgument,
+    message: Annotated[str, typer.Option("--message", help="Record key of the user message to answer.")],
+    keyring: KeyringOption = None,
+    config: Annotated[
+        Path | None, typer.Option("--config", help="Config file (TOML): defaults, thread depth limit, built-in tools.")
+    ] = None,
+    to: Annotated[
+        str | None,
+        typer.Option("--to", help="Adapter name: print the provider request body it would send (no network)."),
+    ] = None,
+    show_content: ShowContentOption = False,
+) -> None:
+    """Print the Lux IR request gelbridge would send for the reply to a message.
+
+    Walks the message's thread, opens it, chooses model/tools/effort (message,
+    previous reply, conversation and settings records of the file, then the config's defaults section),
+    and prints the request JSON on stdout; diagnostics go to stderr, one per line
+    (naming nothing from the sealed content unless --show-content).
+    Blobs are not in record files: images and extracted file text are reported.
+    Approved calls are not run offline; they are answered as not run.
+    With --to ADAPTER, prints instead the provider body that adapter's script builds.
+    """
+    settings = load_config(config)
+    ring = load_keyring(keyring)
+    result = convert_file(records, ring, message, settings)
+    if to is not None:
+        from gelbridge._cli.reply import print_provider_body
+
+        print_provider_body(to, result, settings, show_content)
+        return
+    print_json(result.request.to_json())
+    for diag in result.diagnostics:
+        sys.stderr.write(diag.describe(show_content) + "\n")

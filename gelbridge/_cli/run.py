@@ -1,0 +1,228 @@
+"""``gelbridge run`` (the worker), ``gelbridge status`` and ``gelbridge demo``."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import signal
+import sys
+import time
+from datetime import datetime
+from enum import Enum
+from pathlib import Path
+from typing import Any
+
+import typer
+
+from gelbridge._cli import app
+
+ConfigOption = typer.Option(None, "--config", "-c", help="TOML configuration file (or $GELBRIDGE_CONFIG).")
+
+
+def setup_logging(level: str, fmt: str = "text") -> None:
+    """Single-line logs on stderr (never content or keys): text, or one JSON object a line."""
+    from gelbridge._observability import JsonFormatter
+
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(JsonFormatter() if fmt == "json" else
+                         logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(getattr(logging, level.upper(), logging.INFO))
+    for noisy in ("httpx", "httpcore", "websockets", "mcp"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+
+
+class LogLevel(str, Enum):
+    debug = "debug"
+    info = "info"
+    warning = "warning"
+    error = "error"
+
+
+class LogFormat(str, Enum):
+    text = "text"
+    json = "json"
+
+
+LogLevelOption = typer.Option(None, "--log-level", envvar="GELBRIDGE_LOG_LEVEL", case_sensitive=False,
+                              help="debug, info, warning or error (default: [logging] level, else info).")
+LogFormatOption = typer.Option(None, "--log-format",
+                               help="text, or json: one JSON object a line (default: [logging] format).")
+
+
+def _logging_for(settings: object, level: LogLevel | str | None, fmt: LogFormat | None) -> None:
+    lc = settings.logging  # type: ignore[attr-defined]
+    chosen = level.value if isinstance(level, LogLevel) else level
+    setup_logging((chosen or lc.level or "info").lower(), fmt.value if fmt is not None else lc.format)
+
+
+async def _run_until_signal(bridge: Any) -> None:
+    """Run the Bridge (one account or many) until SIGINT/SIGTERM; a second signal stops
+    waiting for the grace period."""
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    got: list[int] = []
+
+    def on_signal(sig: int) -> None:
+        if got:  # second signal: stop waiting for the grace period
+            raise SystemExit(130)
+        got.append(sig)
+        print(f"\n{signal.Signals(sig).name}: stopping (grace {bridge.settings.worker.shutdown_grace:g} s)...",
+              file=sys.stderr, flush=True)
+        stop.set()
+
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, on_signal, sig)
+    try:
+        await bridge.run(stop, out=sys.stdout)
+    finally:
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.remove_signal_handler(sig)
+
+
+def _checked(settings: object, *, login: bool) -> list[str]:
+    """Run ``gelbridge check``'s checks; print each problem and exit 1 if there are any.
+    Returns the summary lines."""
+    import os
+
+    from gelbridge._check import check_settings
+
+    rep = asyncio.run(check_settings(settings, environ=os.environ, login=login))  # type: ignore[arg-type]
+    if rep.problems:
+        for p in rep.problems:
+            print(f"error: {p}", file=sys.stderr)
+        print(f"error: {len(rep.problems)} problem(s) in the configuration; nothing was started "
+              "('gelbridge check --config FILE' checks it again)", file=sys.stderr)
+        raise typer.Exit(1)
+    return rep.lines
+
+
+@app.command("check")
+def check_command(
+    config: Path | None = ConfigOption,
+    log_level: LogLevel | None = LogLevelOption,
+    log_format: LogFormat | None = LogFormatOption,
+) -> None:
+    """Check the configuration against the world, then exit: every provider's adapter
+    and API key, default models and tools, keyrings, MCP servers (started and listed),
+    and the PDS login (one createSession per account).
+
+    Prints a short summary and exits 0 when all is well; otherwise one line per problem
+    and exit code 1. 'gelbridge run' runs the same checks before it says ready.
+    """
+    from gelbridge._config import load_config
+
+    settings = load_config(config)
+    _logging_for(settings, log_level or "warning", log_format)
+    for line in _checked(settings, login=True):
+        print(f"  {line}")
+    print("check: ok")
+
+
+@app.command("run")
+def run_command(
+    config: Path | None = ConfigOption,
+    log_level: LogLevel | None = LogLevelOption,
+    log_format: LogFormat | None = LogFormatOption,
+) -> None:
+    """Watch your PDS and answer every message that asks for a reply (until Ctrl-C / SIGTERM).
+
+    Logs in once (the session is kept in the state directory), backfills what is owed,
+    then follows the firehose (or polls). SIGTERM/Ctrl-C: running replies get
+    [worker] shutdown_grace seconds, then end with status error/interrupted.
+    """
+    from gelbridge._bridge import Bridge
+    from gelbridge._config import load_config
+
+    settings = load_config(config)
+    _logging_for(settings, log_level, log_format)
+    _checked(settings, login=False)  # the workers log in themselves, before it says ready
+    if settings.accounts or settings.watch.source == "jetstream":
+        names = ", ".join(a.label for a in settings.accounts_list())
+        print(f"gelbridge: serving {names} via {settings.watch.source}", flush=True)
+    # one account or many, firehose, poll or Jetstream: the same orchestrator (docs/architecture.md)
+    asyncio.run(_run_until_signal(Bridge(settings)))
+
+
+def _fmt_time(ts: float | None) -> str:
+    if not ts:
+        return "-"
+    return datetime.fromtimestamp(ts).strftime("%Y-%m-%d %H:%M:%S")
+
+
+@app.command("status")
+def status_command(
+    config: Path | None = ConfigOption,
+    as_json: bool = typer.Option(False, "--json", help="Print JSON instead of text."),
+) -> None:
+    """Show the worker's cursor, replies in flight, recent errors and turn timings."""
+    from gelbridge._config import load_config
+    from gelbridge._state import StateStore
+    from gelbridge._worker import status_report
+
+    settings = load_config(config)
+    db = settings.state_dir / "gelbridge.db"
+    if not db.exists():
+        print(f"no state yet at {db}: 'gelbridge run' has not run with this configuration")
+        raise typer.Exit(1)
+    with StateStore.open_dir(settings.state_dir) as store:
+        rep = status_report(settings, store)
+    if as_json:
+        print(json.dumps(rep, indent=2))
+        return
+    print(f"state     {rep['state']}")
+    print(f"source    {rep['source']}")
+    for acct in rep["accounts"]:
+        _print_account(acct)
+    print(f"recent errors ({len(rep['errors'])})")
+    for e in rep["errors"]:
+        print(f"  {_fmt_time(e['at'])}  {e['kind']:<16} {e['record'] or '-':<24} {e['where'] or ''}")
+
+
+def _print_account(acct: dict[str, Any]) -> None:
+    name = f"{acct['name']}: " if acct["name"] and acct["name"] != acct["handle"] else ""
+    print(f"account   {name}{acct['handle'] or '?'} ({acct['did'] or 'not logged in yet'}) on {acct['pds'] or '?'}")
+    print(f"  cursor    {acct['cursor'] if acct['cursor'] is not None else '-'}")
+    pts, budget = acct["points"], acct["budget"]
+    line = f"  points    {pts['last_hour']} in the last hour, {pts['last_day']} in the last day (this bot's writes)"
+    if budget and budget.get("remaining") is not None:
+        limit = f" of {budget['limit']}" if budget.get("limit") else ""
+        reset = f", resets {_fmt_time(budget['reset_at'])}" if budget.get("reset_at") else ""
+        line += f"; the PDS said {budget['remaining']}{limit} left at {_fmt_time(budget['seen_at'])}{reset}"
+    print(line)
+    print(f"  in flight {len(acct['in_flight'])}")
+    for c in acct["in_flight"]:
+        print(f"    {c['reply']:<24} {c['status']:<10} claimed {_fmt_time(c['since'])}")
+    title = f"  recent turns ({len(acct['turns'])})"
+    print(f"{title:<36}{'queue':>8}{'read':>9}{'bridge':>9}{'model':>9}{'write':>9}{'total':>9} (ms) points")
+    for t in acct["turns"]:
+        read = f"{t['read_ms']:>8.0f}" if t.get("read_ms") is not None else f"{'-':>8}"  # older rows: not measured
+        points = t["points"] if t.get("points") is not None else "-"
+        print(f"    {t['reply']:<24} {t['status']:<7} {t['queue_ms']:>7.0f} {read} {t['bridge_ms']:>8.0f} "
+              f"{t['model_ms']:>8.0f} {t['write_ms']:>8.0f} {t['total_ms']:>8.0f}      {points:>6}")
+
+
+@app.command("demo")
+def demo_command(
+    text: str = typer.Option("Hello from an encrypted chat!", "--text", help="The user message to send."),
+    timeout: float = typer.Option(120.0, "--timeout", help="Seconds to wait for the reply."),
+    keep_dir: Path | None = typer.Option(None, "--keep", help="Keep the demo's state and config in this directory."),
+    log_level: str = typer.Option("warning", "--log-level", help="Worker log level."),
+    chat: bool = typer.Option(False, "--chat", help="Then go on chatting in the same conversation "
+                              "('gelbridge chat' against the demo's worker) until /quit or Ctrl-D."),
+) -> None:
+    """Run the whole path on this machine: a local PDS, an account, a sealed message, the
+    worker, a local echo model, and print the opened conversation. No account needed."""
+    from gelbridge._dev.demo import run_demo
+
+    setup_logging(log_level)
+    t0 = time.monotonic()
+    if chat:
+        from gelbridge._cli.send import _stdin_line
+
+        run_demo(text=text, timeout=timeout, keep_dir=keep_dir, out=sys.stdout, read_line=_stdin_line)
+    else:
+        run_demo(text=text, timeout=timeout, keep_dir=keep_dir, out=sys.stdout)
+    print(f"demo finished in {time.monotonic() - t0:.1f} s")

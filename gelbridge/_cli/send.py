@@ -1,0 +1,250 @@
+"""``gelbridge send`` and ``gelbridge chat``: talk to the bot as a chat app would
+(:mod:`gelbridge._chat_client`).
+
+``send`` writes one sealed user message (a new conversation, or the next turn of
+``--conversation``), prints the reply's text as it streams in and exits: 0 for a complete
+reply (or one waiting for approval), 1 for an error or cancelled reply, with its error on
+stderr. ``chat`` is the interactive version: a prompt, replies streaming in, waiting tool
+calls shown with approve/deny questions, ``/regen``, ``/new``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import sys
+import threading
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from gelbridge._cli import app
+from gelbridge._errors import GelbridgeError
+
+ConfigOpt = Annotated[Path | None, typer.Option("--config", "-c", help="TOML configuration file "
+                                                   "(or $GELBRIDGE_CONFIG): the account, its keyring.")]
+ConversationOpt = Annotated[str | None, typer.Option("--conversation", help="Continue this conversation "
+                                                        "(its rkey); default: a new one.")]
+TimeoutOpt = Annotated[float, typer.Option("--timeout", help="Seconds to wait for each reply.")]
+
+
+@app.command("send")
+def send_command(
+    text: Annotated[str, typer.Argument(help="The message to send.", show_default=False)],
+    config: ConfigOpt = None,
+    conversation: ConversationOpt = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the final reply record, opened, as JSON.")] = False,
+    timeout: TimeoutOpt = 300.0,
+) -> None:
+    """Send a sealed message as a chat app would, and print the reply as it streams in.
+
+    The message is sealed with the keyring's first key and asks for a reply; a running
+    'gelbridge run' (or any gelbridge serving the account) answers it. Prints the
+    conversation and message keys on stderr, so '--conversation' can continue it.
+    """
+    from gelbridge._config import load_config
+
+    settings = load_config(config)
+    raise typer.Exit(asyncio.run(_send(settings, text, conversation, as_json, timeout)))
+
+
+async def _send(settings: Any, text: str, conversation: str | None, as_json: bool, timeout: float) -> int:
+    from gelbridge._chat_client import ChatClient
+
+    client = await ChatClient.login(settings, os.environ)
+    try:
+        if conversation:
+            await client.join(conversation)
+        rkey = await client.send(text)
+        print(f"sent {client.last_message} in conversation {client.conversation}; waiting for the reply "
+              f"(up to {timeout:g} s)", file=sys.stderr)
+        shown: list[str] = []
+
+        def on_text(delta: str) -> None:
+            shown.append(delta)
+            if not as_json:
+                sys.stdout.write(delta)
+                sys.stdout.flush()
+
+        reply = await client.follow(rkey, on_text, timeout)
+    finally:
+        await client.aclose()
+    if reply is None:
+        print(f"error: no reply within {timeout:g} s: is 'gelbridge run' serving this account?", file=sys.stderr)
+        return 1
+    if as_json:
+        out = reply.record.to_value()
+        if reply.content is not None:
+            out["content"] = reply.content.to_value()
+        print(json.dumps(out, indent=2, ensure_ascii=False))
+    elif shown:
+        print()
+    if reply.status == "awaitingApproval":
+        print("the reply waits for your approval of a tool call (answer it in your chat app, or with "
+              "'gelbridge chat --conversation ...')", file=sys.stderr)
+    return _ended_badly(reply, sys.stderr)
+
+
+def _ended_badly(reply: Any, err: Any) -> int:
+    if reply.status in ("error", "cancelled"):
+        e = reply.record.error
+        print(f"error: the reply ended {reply.status} ({f'{e.kind}: {e.message}' if e else reply.status})", file=err)
+        return 1
+    return 0
+
+
+CHAT_HELP = ("Type a message and press Enter. /regen asks again for the last answer, /new starts a new "
+             "conversation, /quit (or Ctrl-D) leaves.")
+
+
+@app.command("chat")
+def chat_command(
+    config: ConfigOpt = None,
+    conversation: ConversationOpt = None,
+    timeout: TimeoutOpt = 300.0,
+) -> None:
+    """Chat with the bot interactively, as a chat app would.
+
+    Replies stream in as the worker updates them. A tool call that needs your approval
+    is shown with its input and a y/n question; the answer goes back as the protocol's
+    approval message. /regen asks again for the last answer (a new attempt), /new
+    starts a new conversation, /quit or Ctrl-D leaves.
+    """
+    from gelbridge._config import load_config
+
+    settings = load_config(config)
+    try:
+        raise typer.Exit(asyncio.run(chat(settings, conversation, timeout, _stdin_line, sys.stdout)))
+    except KeyboardInterrupt:
+        print(file=sys.stdout)
+        raise typer.Exit(130) from None
+
+
+async def _stdin_line(prompt: str) -> str | None:
+    """One line from stdin (None at its end), read in a daemon thread: Ctrl-C cancels the
+    wait at once (a ``to_thread`` read would hold the shutdown until Enter)."""
+    sys.stdout.write(prompt)
+    sys.stdout.flush()
+    loop = asyncio.get_running_loop()
+    got: asyncio.Future[str] = loop.create_future()
+
+    def deliver(line: str) -> None:
+        if not got.done():
+            got.set_result(line)
+
+    def read() -> None:
+        line = sys.stdin.readline()
+        try:
+            loop.call_soon_threadsafe(deliver, line)
+        except RuntimeError:  # the loop is gone: the chat ended meanwhile
+            pass
+
+    threading.Thread(target=read, name="chat-stdin", daemon=True).start()
+    line = await got
+    return line.rstrip("\r\n") if line else None  # "": end of input
+
+
+async def chat(settings: Any, conversation: str | None, timeout: float,
+               read_line: Callable[[str], Awaitable[str | None]], out: Any, *, client: Any = None) -> int:
+    """The chat loop; ``read_line(prompt)`` returns a line, or None at the end of input.
+    ``client``: a logged-in :class:`~gelbridge._chat_client.ChatClient` to use (and not
+    close; ``gelbridge demo --chat``), else one logs in for ``settings``."""
+    from gelbridge._chat_client import ChatClient
+
+    def say(line: str = "") -> None:
+        print(line, file=out, flush=True)
+
+    owned = client is None
+    if client is None:
+        client = await ChatClient.login(settings, os.environ)
+    try:
+        if conversation:
+            await client.join(conversation)
+        say(f"chatting as {client.pds.session.handle if client.pds.session else '?'} in conversation "
+            f"{client.conversation}. {CHAT_HELP}")
+        waiting = None
+        while True:
+            try:
+                if waiting is not None and waiting.waiting_calls():
+                    answers = await _ask_approvals(waiting, read_line, say)
+                    if answers is None:
+                        return 0
+                    rkey = await client.answer_approvals(waiting, answers)
+                else:
+                    line = await read_line("you> ")
+                    if line is None:
+                        say()
+                        return 0
+                    cmd = line.strip()
+                    if not cmd:
+                        continue
+                    if cmd in ("/quit", "/exit", "/q"):
+                        return 0
+                    if cmd in ("/help", "/?"):
+                        say(CHAT_HELP)
+                        continue
+                    if cmd == "/new":
+                        say(f"new conversation {client.new_conversation()}")
+                        continue
+                    if cmd == "/regen":
+                        rkey = await client.regenerate()
+                    elif cmd.startswith("/"):
+                        say(f"unknown command {cmd.split()[0]}: {CHAT_HELP}")
+                        continue
+                    else:
+                        rkey = await client.send(line)
+                waiting = await _show_reply(client, rkey, timeout, out, say)
+            except GelbridgeError as e:  # the PDS is down, say: the chat goes on
+                say(f"error: {e}")
+                waiting = None
+    finally:
+        if owned:
+            await client.aclose()
+
+
+async def _show_reply(client: Any, rkey: str, timeout: float, out: Any, say: Callable[[str], None]) -> Any:
+    out.write("bot> ")
+    out.flush()
+
+    def on_text(delta: str) -> None:
+        out.write(delta)
+        out.flush()
+
+    reply = await client.follow(rkey, on_text, timeout)
+    say("")
+    if reply is None:
+        say(f"(no reply within {timeout:g} s: is 'gelbridge run' serving this account?)")
+        return None
+    model = reply.record.model
+    tag = f"{model.provider}/{model.id}" if model is not None else ""
+    if reply.status in ("error", "cancelled"):
+        e = reply.record.error
+        say(f"[{reply.status}{f', {e.kind}: {e.message}' if e else ''}]")
+    else:
+        attempt = rkey.rsplit(".r", 1)[1]
+        say(f"[{reply.status}{', ' + tag if tag else ''}{', attempt ' + attempt if attempt != '0' else ''}]")
+    return reply
+
+
+async def _ask_approvals(reply: Any, read_line: Callable[[str], Awaitable[str | None]],
+                         say: Callable[[str], None]) -> dict[str, tuple[bool, str | None]] | None:
+    """One y/n question per waiting call; None at the end of input (nothing is sent)."""
+    answers: dict[str, tuple[bool, str | None]] = {}
+    for call in reply.waiting_calls():
+        say(f"tool call {call.tool} wants to run with {call.input}")
+        while True:
+            line = await read_line("approve? [y]es / [n]o (n <reason>): ")
+            if line is None:
+                say("")
+                return None
+            word, _, reason = line.strip().partition(" ")
+            if word.lower() in ("y", "yes"):
+                answers[call.call_id] = (True, None)
+                break
+            if word.lower() in ("n", "no"):
+                answers[call.call_id] = (False, reason.strip() or None)
+                break
+    return answers

@@ -1,0 +1,479 @@
+"""Configuration: one TOML file plus environment variables → typed settings.
+
+Lookup order for the file: the ``--config`` option, then ``$GELBRIDGE_CONFIG``, then
+no file (embedded defaults). Environment variables override single keys:
+
+- ``GELBRIDGE_KEYRING``      → ``keyring.path``
+- ``GELBRIDGE_STATE_DIR``    → ``state.dir``
+- ``GELBRIDGE_PDS``          → ``account.pds``
+- ``GELBRIDGE_IDENTIFIER``   → ``account.identifier``
+
+Secrets never live in the file: it names the environment variables that hold them
+(``password_env``, ``api_key_env``).
+"""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from pathlib import Path
+from typing import Any, Literal
+from urllib.parse import urlsplit
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from gelbridge._errors import ConfigError
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+
+class ModelChoice(_Section):
+    """A model by provider name (a key of ``[providers]``) and model id."""
+
+    provider: str
+    id: str
+
+
+class AccountConfig(_Section):
+    pds: str | None = None
+    identifier: str | None = None
+    password_env: str = "GELBRIDGE_APP_PASSWORD"
+
+
+class IdentityConfig(_Section):
+    """``[identity]``: how an account without ``pds`` is found (``gelbridge._identity``)."""
+
+    plc_url: str = "https://plc.directory"
+    #: a service answering com.atproto.identity.resolveHandle (e.g. https://public.api.bsky.app);
+    #: unset: DNS, then https://<handle>/.well-known/atproto-did
+    handle_resolver: str | None = None
+    timeout: float = Field(10.0, gt=0)
+
+
+class KeyringConfig(_Section):
+    path: Path | None = None
+
+
+class StateConfig(_Section):
+    dir: Path = Path("~/.local/state/gelbridge")
+
+
+class DefaultsConfig(_Section):
+    model: ModelChoice | None = None
+    tools: list[str] = Field(default_factory=list)
+    effort: str | None = None
+    instructions: str | None = None
+    max_output_tokens: int | None = None
+    temperature: float | None = None
+
+
+class ToolCallIdConfig(_Section):
+    """``tool_call_id = { pattern, max_length, exact_length }`` in ``[providers.<name>]``:
+    the tool-call ids this host accepts; replaces the adapter's own rule (OpenAI-compatible
+    hosts differ: Mistral wants exactly 9 alphanumerics). Checked by ``ModelClient``."""
+
+    pattern: str | None = None
+    max_length: int | None = None
+    exact_length: int | None = None
+
+
+class ProviderConfig(_Section):
+    """``[providers.<name>]``: ``<name>`` matches ``modelRef.provider``."""
+
+    adapter: str
+    base_url: str
+    api_key_env: str | None = None
+    models: list[str] | None = None
+    allow_hosts: list[str] = Field(default_factory=list)
+    pass_api_key_to_script: bool = False
+    headers: dict[str, str] = Field(default_factory=dict)
+    connect_timeout: float = 10.0
+    read_timeout: float = 120.0
+    #: seconds one model call may take in all: every retry and the whole stream included
+    #: (a provider trickling keep-alives never outlasts it); ends the reply with ``timeout``
+    deadline: float = Field(600.0, gt=0)
+    max_retries: int = 3
+    tool_call_id: ToolCallIdConfig | None = None
+
+
+class AdaptersConfig(_Section):
+    dirs: list[Path] = Field(default_factory=list)
+    cpu_limit_seconds: float = 2.0
+    memory_limit_mb: int = 64
+    instruction_limit: int = 200_000_000
+    pool_size: int = 4
+    engine: Literal["auto", "luajit", "lua54"] = "auto"
+
+
+class RepliesConfig(_Section):
+    """``[replies]``: how replies are written."""
+
+    update_interval: float = 2.0
+    #: answer messages the app sent as ``plainContent`` (with a plain reply); false: such a
+    #: message gets an error reply, before any model call
+    allow_plain: bool = True
+    #: the largest putRecord request body the PDS accepts (the reference PDS: 150 KiB of
+    #: JSON); a reply is cut to fit one write (finishReason ``length``)
+    max_write_bytes: int = Field(150 * 1024, ge=16 * 1024)
+    #: PDS write points kept for claims and final writes: progress updates stop while the
+    #: PDS says fewer remain before its reset (``ratelimit-remaining``)
+    reserve_points: int = Field(100, ge=0)
+
+
+def is_loopback_host(host: str | None) -> bool:
+    """``localhost``, ``::1`` or 127.x: this machine (no relay crawls it; http is fine there)."""
+    h = (host or "").lower()
+    return h in ("localhost", "::1") or h.startswith("127.")
+
+
+class RelayConfig(_Section):
+    """``[relay]``: a relay's per-host event limits, for a self-hosted PDS. Bluesky's relay
+    takes 50 events/s, 2,600/h and 21,000/day from a new PDS host, and every record write
+    is an event; progress updates are spaced out, then skipped, as this process's writes
+    to the host near them. ``auto``: on unless the PDS is Bluesky-hosted or on loopback."""
+
+    limits: Literal["auto", "on", "off"] = "auto"
+    events_per_second: int = Field(50, ge=1)
+    events_per_hour: int = Field(2600, ge=1)
+    events_per_day: int = Field(21000, ge=1)
+
+    def applies_to(self, pds_url: str) -> bool:
+        if self.limits != "auto":
+            return self.limits == "on"
+        host = (urlsplit(pds_url).hostname or "").lower()
+        bluesky = host == "bsky.social" or host.endswith((".bsky.network", ".bsky.social"))
+        return not (bluesky or is_loopback_host(host))
+
+
+class ThreadConfig(_Section):
+    max_depth: int = 500
+
+
+#: ``[watch] source`` → the function that builds its sources (``module:function``; see
+#: ``worker.sources.SourceBuilder``). A new source: its module, its name here and below.
+SOURCE_BUILDERS = {
+    "firehose": "gelbridge._worker.sources:firehose_sources",
+    "poll": "gelbridge._worker.sources:poll_sources",
+    "jetstream": "gelbridge._jetstream:jetstream_sources",
+}
+
+
+class WatchConfig(_Section):
+    source: Literal["firehose", "poll", "jetstream"] = "firehose"
+    url: str | None = None
+    poll_interval: float = 5.0
+
+
+class WorkerConfig(_Section):
+    """``[worker]``: how many turns run at once and how shutdown/recovery behave."""
+
+    concurrency: int = Field(8, ge=1, le=1024)
+    shutdown_grace: float = Field(10.0, ge=0)
+    stale_claim_after: float | None = Field(900.0, gt=0)
+    backfill: bool = True
+    #: seconds one reply may take from start to final write: every model call, tool and
+    #: step included; ends the reply with ``timeout``
+    turn_deadline: float = Field(1800.0, gt=0)
+
+
+class ObservabilityConfig(_Section):
+    """``[observability]``: ``listen = "host:port"`` serves /healthz, /readyz, /metrics;
+    ``traces = true`` sends OpenTelemetry traces (the ``otel`` extra) over OTLP/HTTP."""
+
+    listen: str | None = None
+    traces: bool = False
+    #: OTLP/HTTP traces endpoint; unset: $OTEL_EXPORTER_OTLP_TRACES_ENDPOINT, else
+    #: http://localhost:4318/v1/traces (the OpenTelemetry SDK's own defaults)
+    otlp_endpoint: str | None = None
+    service_name: str = "gelbridge"
+
+    @field_validator("listen")
+    @classmethod
+    def _host_port(cls, v: str | None) -> str | None:
+        if v is not None:
+            host, sep, port = v.rpartition(":")
+            if not sep or not host or not port.isdigit() or not 0 <= int(port) <= 65535:
+                raise ValueError('must be "host:port", e.g. "127.0.0.1:9464"')
+        return v
+
+
+class LoggingConfig(_Section):
+    """``[logging]``: ``format`` (text or json) and ``level``; the command line and
+    ``$GELBRIDGE_LOG_LEVEL`` win over these."""
+
+    format: Literal["text", "json"] = "text"
+    level: Literal["debug", "info", "warning", "error"] | None = None
+
+
+class AccountEntry(_Section):
+    """One ``[[accounts]]`` entry: an account served by this process, with its own PDS
+    login, keyring, state directory and defaults (strictly separate from the others)."""
+
+    name: str | None = None  # label for logs and the state sub-directory; default: identifier
+    pds: str | None = None  # default: resolved from the identifier ([identity])
+    identifier: str
+    password_env: str = "GELBRIDGE_APP_PASSWORD"
+    keyring: Path | None = None
+    state_dir: Path | None = None  # default: <state.dir>/accounts/<name>
+    defaults: DefaultsConfig | None = None  # keys set here override [defaults]
+
+    @property
+    def label(self) -> str:
+        return self.name or self.identifier
+
+
+class ToolsConfig(_Section):
+    max_steps: int = 8
+    approval_ttl: float | None = None
+    call_timeout: float = 60.0
+    max_output_chars: int = 20000
+
+
+class Settings(_Section):
+    """Everything gelbridge reads from its configuration."""
+
+    account: AccountConfig = Field(default_factory=AccountConfig)
+    identity: IdentityConfig = Field(default_factory=IdentityConfig)
+    keyring: KeyringConfig = Field(default_factory=KeyringConfig)
+    state: StateConfig = Field(default_factory=StateConfig)
+    defaults: DefaultsConfig = Field(default_factory=DefaultsConfig)
+    providers: dict[str, ProviderConfig] = Field(default_factory=dict)
+    adapters: AdaptersConfig = Field(default_factory=AdaptersConfig)
+    replies: RepliesConfig = Field(default_factory=RepliesConfig)
+    relay: RelayConfig = Field(default_factory=RelayConfig)
+    thread: ThreadConfig = Field(default_factory=ThreadConfig)
+    watch: WatchConfig = Field(default_factory=WatchConfig)
+    worker: WorkerConfig = Field(default_factory=WorkerConfig)
+    observability: ObservabilityConfig = Field(default_factory=ObservabilityConfig)
+    logging: LoggingConfig = Field(default_factory=LoggingConfig)
+    tools: dict[str, Any] = Field(default_factory=dict)
+    mcp: dict[str, Any] = Field(default_factory=dict)
+    accounts: list[AccountEntry] = Field(default_factory=list)
+
+    @field_validator("providers")
+    @classmethod
+    def _provider_names(cls, v: dict[str, ProviderConfig]) -> dict[str, ProviderConfig]:
+        for name in v:
+            if not name or len(name) > 128:
+                raise ValueError(f"provider name {name!r} must be 1-128 characters")
+        return v
+
+    @property
+    def tools_settings(self) -> ToolsConfig:
+        """The ``[tools]`` keys that are not per-tool tables."""
+        flat = {k: v for k, v in self.tools.items() if not isinstance(v, dict)}
+        return ToolsConfig.model_validate(flat)
+
+    @property
+    def state_dir(self) -> Path:
+        return self.state.dir.expanduser()
+
+    def accounts_list(self) -> list[AccountEntry]:
+        """Every account this process serves: the ``[[accounts]]`` entries, or the single
+        ``[account]`` (+ ``[keyring]``, state dir and ``[defaults]``) as a one-entry list."""
+        if self.accounts:
+            labels = [a.label for a in self.accounts]
+            if len(set(labels)) != len(labels):
+                raise ConfigError("[[accounts]] names (or identifiers) must be unique; set name = \"...\"")
+            if self.account.pds or self.account.identifier:
+                raise ConfigError("use either [account] or [[accounts]], not both (move [account] into [[accounts]])")
+            return list(self.accounts)
+        a = self.account
+        if not a.identifier:
+            raise ConfigError("set [account] identifier (a handle or DID; or GELBRIDGE_IDENTIFIER), or [[accounts]]")
+        return [AccountEntry(pds=a.pds, identifier=a.identifier, password_env=a.password_env,
+                             keyring=self.keyring.path, state_dir=self.state.dir)]
+
+    def for_account(self, entry: AccountEntry) -> Settings:
+        """These settings narrowed to one account: its ``[account]``, keyring, state dir and
+        merged defaults, so one-account code (the worker) serves it unchanged."""
+        defaults = self.defaults
+        if entry.defaults is not None:
+            defaults = self.defaults.model_copy(
+                update={k: getattr(entry.defaults, k) for k in entry.defaults.model_fields_set}
+            )
+        state_dir = entry.state_dir or (self.state.dir / "accounts" / entry.label.replace("/", "_"))
+        return self.model_copy(update={
+            "account": AccountConfig(pds=entry.pds, identifier=entry.identifier, password_env=entry.password_env),
+            "keyring": KeyringConfig(path=entry.keyring),
+            "state": self.state.model_copy(update={"dir": state_dir}),
+            "defaults": defaults,
+            "accounts": [],
+        })
+
+
+_ENV_OVERRIDES: dict[str, tuple[str, str]] = {
+    "GELBRIDGE_KEYRING": ("keyring", "path"),
+    "GELBRIDGE_STATE_DIR": ("state", "dir"),
+    "GELBRIDGE_PDS": ("account", "pds"),
+    "GELBRIDGE_IDENTIFIER": ("account", "identifier"),
+}
+
+
+def _model_at(loc: tuple[Any, ...]) -> type[BaseModel] | None:
+    """The settings model that holds the last key of ``loc`` (a pydantic error location)."""
+    model: Any = Settings
+    parts = list(loc[:-1])
+    while parts:
+        part = parts.pop(0)
+        field = model.model_fields.get(part) if isinstance(part, str) else None
+        if field is None:
+            return None
+        ann = field.annotation
+        args: tuple[Any, ...] = getattr(ann, "__args__", ())
+        origin = getattr(ann, "__origin__", None)
+        if origin in (dict, list) and parts:
+            parts.pop(0)  # the key or index
+            ann = args[-1]
+        elif origin is not None or args:  # X | None
+            ann = next((a for a in args if isinstance(a, type) and issubclass(a, BaseModel)), None)
+        if not (isinstance(ann, type) and issubclass(ann, BaseModel)):
+            return None
+        model = ann
+    return model
+
+
+def _where(loc: tuple[Any, ...]) -> str:
+    """``("tools", "max_step")`` → ``[tools] max_step``; ``("wacth",)`` → ``[wacth]``."""
+    keys = [str(p) for p in loc]
+    if len(keys) == 1:
+        return f"[{keys[0]}]"
+    return f"[{'.'.join(keys[:-1])}] {keys[-1]}"
+
+
+def unknown_key_problem(loc: tuple[Any, ...], known: list[str]) -> str:
+    """One line for a key that is not a setting, with the closest valid name."""
+    from difflib import get_close_matches
+
+    name = str(loc[-1])
+    close = get_close_matches(name, known, n=1, cutoff=0.6)
+    hint = f"; did you mean {_where((*loc[:-1], close[0]))}?" if close else (
+        f"; known here: {', '.join(sorted(known))}" if known else "")
+    what = "section" if len(loc) == 1 else "key"
+    return f"{_where(loc)}: unknown {what}{hint}"
+
+
+def config_problems(err: ValidationError) -> list[str]:
+    """Every problem a validation found, one line each (unknown keys with the closest
+    valid name)."""
+    out: list[str] = []
+    for e in err.errors():
+        loc = tuple(e["loc"])
+        if e["type"] == "extra_forbidden":
+            model = _model_at(loc)
+            known = [f.alias or n for n, f in model.model_fields.items()] if model is not None else []
+            out.append(unknown_key_problem(loc, known))
+        else:
+            out.append(f"{_where(loc) if loc else '(top level)'}: {e['msg']}")
+    return out
+
+
+def _table_problems(data: dict[str, Any]) -> list[str]:
+    """``[tools]`` and ``[mcp]`` are free-form tables in ``Settings``: check them here, so
+    a typo there fails at start-up like any other."""
+    from gelbridge._tools.config import BUILTIN_CONFIGS, mcp_problems
+
+    out: list[str] = []
+    tools = data.get("tools")
+    if isinstance(tools, dict):
+        flat = {k: v for k, v in tools.items() if not isinstance(v, dict)}
+        try:
+            ToolsConfig.model_validate(flat)
+        except ValidationError as e:
+            for er in e.errors():
+                loc = ("tools", *er["loc"])
+                out.append(unknown_key_problem(loc, list(ToolsConfig.model_fields))
+                           if er["type"] == "extra_forbidden" else f"{_where(loc)}: {er['msg']}")
+        for name, table in tools.items():
+            if not isinstance(table, dict):
+                continue
+            if name not in BUILTIN_CONFIGS:
+                out.append(unknown_key_problem(("tools", name), list(BUILTIN_CONFIGS)).replace(
+                    "unknown key", "not a built-in tool (MCP servers go under [mcp.servers.<name>])", 1))
+                continue
+            try:
+                BUILTIN_CONFIGS[name].model_validate(table)
+            except ValidationError as e:
+                out += [f"[tools.{name}] {'.'.join(str(x) for x in er['loc'])}: {er['msg']}"
+                        if er["type"] != "extra_forbidden" else
+                        unknown_key_problem(("tools", name, *er["loc"]), list(BUILTIN_CONFIGS[name].model_fields))
+                        for er in e.errors()]
+    mcp = data.get("mcp")
+    if isinstance(mcp, dict):
+        out += mcp_problems(mcp)
+    return out
+
+
+def _format_validation_error(err: ValidationError, source: str) -> str:
+    return _problems_text(source, config_problems(err))
+
+
+def _problems_text(source: str, problems: list[str]) -> str:
+    if len(problems) == 1:
+        return f"{source}: {problems[0]}"
+    return f"{source}: {len(problems)} problems:\n" + "\n".join(f"  {p}" for p in problems)
+
+
+def load_config(
+    path: str | Path | None = None,
+    *,
+    env: dict[str, str] | None = None,
+) -> Settings:
+    """Read settings from a TOML file (optional) and the environment."""
+    env = dict(os.environ) if env is None else env
+    if path is None and env.get("GELBRIDGE_CONFIG"):
+        path = env["GELBRIDGE_CONFIG"]
+    data: dict[str, Any] = {}
+    source = "embedded defaults"
+    if path is not None:
+        p = Path(path).expanduser()
+        source = str(p)
+        try:
+            data = tomllib.loads(p.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            raise ConfigError(f"config file {p} does not exist; pass --config with a TOML file") from None
+        except tomllib.TOMLDecodeError as e:
+            raise ConfigError(f"{p} is not valid TOML: {e}") from None
+        base = p.parent
+        # Relative paths in the file are relative to the file, not the working directory.
+        kr = data.get("keyring", {})
+        if isinstance(kr, dict) and kr.get("path") and not Path(kr["path"]).expanduser().is_absolute():
+            kr["path"] = str(base / kr["path"])
+        st = data.get("state", {})
+        if isinstance(st, dict) and st.get("dir") and not Path(st["dir"]).expanduser().is_absolute():
+            st["dir"] = str(base / st["dir"])
+        for acct in data.get("accounts", []) if isinstance(data.get("accounts"), list) else []:
+            for k in ("keyring", "state_dir"):
+                if isinstance(acct, dict) and acct.get(k) and not Path(acct[k]).expanduser().is_absolute():
+                    acct[k] = str(base / acct[k])
+        mcp = data.get("mcp", {})
+        servers = mcp.get("servers", {}) if isinstance(mcp, dict) else {}
+        if isinstance(servers, dict):
+            # stdio MCP servers run in the config file's folder unless told otherwise, so
+            # `command = ["python", "server.py"]` next to the config works from anywhere.
+            for srv in servers.values():
+                if isinstance(srv, dict) and srv.get("command") and not srv.get("url"):
+                    cwd = srv.get("cwd")
+                    if not cwd:
+                        srv["cwd"] = str(base)
+                    elif isinstance(cwd, str) and not Path(cwd).expanduser().is_absolute():
+                        srv["cwd"] = str(base / cwd)
+        ad = data.get("adapters", {})
+        if isinstance(ad, dict) and isinstance(ad.get("dirs"), list):
+            ad["dirs"] = [
+                d if Path(d).expanduser().is_absolute() else str(base / d) for d in ad["dirs"]
+            ]
+    for var, (section, key) in _ENV_OVERRIDES.items():
+        if env.get(var):
+            data.setdefault(section, {})[key] = env[var]
+    try:
+        settings = Settings.model_validate(data)
+        problems: list[str] = []
+    except ValidationError as e:
+        settings, problems = None, config_problems(e)
+    problems += _table_problems(data)
+    if problems or settings is None:
+        raise ConfigError(_problems_text(source, problems))
+    return settings

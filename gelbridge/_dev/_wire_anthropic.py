@@ -1,0 +1,176 @@
+"""Anthropic Messages wire format.
+
+Sources: Claude API "Messages" and "Streaming messages"
+(https://docs.claude.com/en/docs/build-with-claude/streaming: message_start,
+content_block_start/delta/stop, thinking_delta + signature_delta, input_json_delta,
+message_delta, message_stop, ping, error events), "Extended thinking" (redacted_thinking),
+"Errors" (https://docs.claude.com/en/api/errors: `{"type":"error","error":{...}}`), and
+the official `anthropic` Python SDK's MessageStream accumulator.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping
+from typing import Any
+
+from gelbridge._dev._wire_common import (
+    FINISH_CONTENT_FILTER,
+    FINISH_LENGTH,
+    FINISH_STOP,
+    FINISH_TOOL_CALLS,
+    Turn,
+    WireContext,
+    arguments_json,
+    call_id,
+    chunks,
+    resolve_finish,
+    resolve_usage,
+)
+
+PROVIDER = "anthropic"
+STREAM_CONTENT_TYPE = "text/event-stream; charset=utf-8"
+
+_STOP = {
+    FINISH_STOP: "end_turn",
+    FINISH_LENGTH: "max_tokens",
+    FINISH_TOOL_CALLS: "tool_use",
+    FINISH_CONTENT_FILTER: "refusal",
+}
+
+_ERROR_TYPES = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    402: "billing_error",
+    403: "permission_error",
+    404: "not_found_error",
+    413: "request_too_large",
+    429: "rate_limit_error",
+    500: "api_error",
+    504: "timeout_error",
+    529: "overloaded_error",
+}
+
+
+def matches(path: str) -> bool:
+    return path.endswith("/v1/messages")
+
+
+def auth_ok(headers: Mapping[str, str], query: Mapping[str, str], key: str) -> bool:
+    return headers.get("x-api-key") == key or headers.get("authorization") == f"Bearer {key}"
+
+
+def wants_stream(body: Mapping[str, Any]) -> bool:
+    return body.get("stream") is True
+
+
+def error_body(status: int, message: str) -> dict[str, Any]:
+    err_type = _ERROR_TYPES.get(status, "api_error" if status >= 500 else "invalid_request_error")
+    return {"type": "error", "error": {"type": err_type, "message": message}, "request_id": None}
+
+
+def _signature(turn: Turn) -> str:
+    """Anthropic thinking blocks are always signed; derive one if the script gave none."""
+    if turn.reasoning_signature is not None:
+        return turn.reasoning_signature
+    return "sig-" + hashlib.sha256(turn.reasoning.encode()).hexdigest()[:24]
+
+
+def _has_thinking(turn: Turn) -> bool:
+    return bool(turn.reasoning) or turn.reasoning_signature is not None
+
+
+def _usage(turn: Turn, ctx: WireContext, output_tokens: int | None = None) -> dict[str, Any]:
+    u = resolve_usage(turn, ctx.prompt_text)
+    return {
+        "input_tokens": u.input_tokens,
+        "output_tokens": u.output_tokens if output_tokens is None else output_tokens,
+        "cache_creation_input_tokens": 0,
+        "cache_read_input_tokens": 0,
+    }
+
+
+def _stop_reason(turn: Turn) -> str:
+    finish = resolve_finish(turn)
+    return _STOP.get(finish, finish)
+
+
+def _message(turn: Turn, ctx: WireContext, content: list[dict[str, Any]], stop: str | None,
+             usage: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "id": f"msg_{ctx.seq:06d}",
+        "type": "message",
+        "role": "assistant",
+        "model": ctx.model,
+        "content": content,
+        "stop_reason": stop,
+        "stop_sequence": None,
+        "usage": usage,
+    }
+
+
+def render(turn: Turn, ctx: WireContext) -> dict[str, Any]:
+    content: list[dict[str, Any]] = []
+    if _has_thinking(turn):
+        content.append({"type": "thinking", "thinking": turn.reasoning, "signature": _signature(turn)})
+    if turn.redacted_reasoning is not None:
+        content.append({"type": "redacted_thinking", "data": turn.redacted_reasoning})
+    if turn.text or not (content or turn.tool_calls):
+        content.append({"type": "text", "text": turn.text})
+    for i, c in enumerate(turn.tool_calls):
+        content.append({"type": "tool_use", "id": call_id(c, "toolu_", ctx.seq, i), "name": c.name,
+                        "input": dict(c.arguments)})
+    return _message(turn, ctx, content, _stop_reason(turn), _usage(turn, ctx))
+
+
+def _event(name: str, payload: Mapping[str, Any]) -> bytes:
+    data = json.dumps(payload, separators=(",", ":"), ensure_ascii=False)
+    return f"event: {name}\ndata: {data}\n\n".encode()
+
+
+def render_stream(turn: Turn, ctx: WireContext) -> list[bytes]:
+    size = turn.chunk_size or ctx.chunk_size
+    frames = [
+        _event("message_start", {"type": "message_start",
+                                 "message": _message(turn, ctx, [], None, _usage(turn, ctx, output_tokens=1))}),
+        _event("ping", {"type": "ping"}),
+    ]
+    index = 0
+
+    def block(start: dict[str, Any], deltas: list[dict[str, Any]]) -> None:
+        nonlocal index
+        frames.append(_event("content_block_start",
+                             {"type": "content_block_start", "index": index, "content_block": start}))
+        frames.extend(_event("content_block_delta", {"type": "content_block_delta", "index": index, "delta": d})
+                      for d in deltas)
+        frames.append(_event("content_block_stop", {"type": "content_block_stop", "index": index}))
+        index += 1
+
+    if _has_thinking(turn):
+        block({"type": "thinking", "thinking": "", "signature": ""},
+              [{"type": "thinking_delta", "thinking": p} for p in chunks(turn.reasoning, size)]
+              + [{"type": "signature_delta", "signature": _signature(turn)}])
+    if turn.redacted_reasoning is not None:
+        block({"type": "redacted_thinking", "data": turn.redacted_reasoning}, [])
+    if turn.text or not (_has_thinking(turn) or turn.redacted_reasoning is not None or turn.tool_calls):
+        block({"type": "text", "text": ""}, [{"type": "text_delta", "text": p} for p in chunks(turn.text, size)])
+    for i, c in enumerate(turn.tool_calls):
+        args = arguments_json(c)
+        pieces = [] if args == "{}" else chunks(args, size)
+        block({"type": "tool_use", "id": call_id(c, "toolu_", ctx.seq, i), "name": c.name, "input": {}},
+              [{"type": "input_json_delta", "partial_json": p} for p in [""] + pieces])
+    u = resolve_usage(turn, ctx.prompt_text)
+    frames.append(_event("message_delta", {"type": "message_delta",
+                                           "delta": {"stop_reason": _stop_reason(turn), "stop_sequence": None},
+                                           "usage": {"output_tokens": u.output_tokens}}))
+    frames.append(_event("message_stop", {"type": "message_stop"}))
+    return frames
+
+
+def stream_error_frame(status: int, message: str) -> bytes:
+    return _event("error", error_body(status, message))
+
+
+def malformed_frame(raw: str) -> bytes:
+    return f"event: content_block_delta\ndata: {raw}\n\n".encode()

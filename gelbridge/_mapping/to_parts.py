@@ -1,0 +1,334 @@
+"""A Lux IR response → the parts of a reply (pure; PROTOCOL.md §4–5).
+
+- thinking → ``reasoningPart``; its opaque state (provider_data, signature, redacted,
+  summary) → the ``providerData`` string tagged with the request's provider and model
+  (``mapping.provider_data``); redacted/signature-only thinking is kept;
+- text → ``textPart`` (split at 500000 UTF-8 bytes), its url annotations →
+  ``sourcePart``s right after it, each url once per reply;
+- refusal → ``textPart`` (degraded); tool_use → ``toolCallPart`` with an id that is
+  unique in the conversation and stable once written (the provider's id if it is
+  usable, else ``call_<reply rkey>_<n>``), ``approval: pending`` when the tool needs
+  approval;
+- finish reason → the record's knownValues (Lux IR finish reasons); usage → record
+  usage (input/output/reasoning tokens).
+
+The parts array keeps to the lexicon's 1000 items; overflow is dropped and reported.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Collection, Mapping, Sequence
+from dataclasses import dataclass, field
+
+from gelbridge._mapping.provider_data import MAX_PROVIDER_DATA_BYTES, encode_provider_data
+from gelbridge._records.models import (
+    Part,
+    ReasoningPart,
+    SourcePart,
+    TextPart,
+    ToolCallPart,
+    ToolResultPart,
+    Usage,
+    grapheme_len,
+    utf8_len,
+)
+from gelbridge.lux import (
+    ConversionStatus,
+    Diagnostic,
+    FinishReason,
+    LuxResponse,
+    Media,
+    ProviderData,
+    Refusal,
+    Text,
+    Thinking,
+    ToolUse,
+    finish_reason_from_str,
+)
+
+MAX_PARTS = 1000
+MAX_TEXT_BYTES = 500_000
+MAX_INPUT_BYTES = 200_000
+MAX_CALL_ID_BYTES = 256
+MAX_TOOL_BYTES = 128
+MAX_TITLE_BYTES = 3000
+MAX_TITLE_GRAPHEMES = 300
+
+_DEGRADED = ConversionStatus.DEGRADED
+_UNSUPPORTED = ConversionStatus.UNSUPPORTED
+_INVALID = ConversionStatus.INVALID
+
+INPUT_TOO_LARGE = "not run: the call's arguments are larger than 200000 bytes"
+
+_KNOWN_FINISH_REASONS = frozenset(FinishReason)
+_UNSAFE_ID_CHARS = re.compile(r"[^A-Za-z0-9_-]")
+
+
+@dataclass(slots=True)
+class ReplyDraft:
+    """What one model response adds to a reply."""
+
+    parts: list[Part]
+    finish_reason: str | None
+    usage: Usage | None
+    awaiting_approval: bool
+    pending_calls: list[ToolCallPart] = field(default_factory=list)
+    runnable_calls: list[ToolCallPart] = field(default_factory=list)
+    diagnostics: list[Diagnostic] = field(default_factory=list)
+
+
+def split_text(text: str, max_bytes: int = MAX_TEXT_BYTES) -> list[str]:
+    """``text`` in pieces of at most ``max_bytes`` UTF-8 bytes, never splitting a character."""
+    if len(text) <= max_bytes // 4 or utf8_len(text) <= max_bytes:
+        return [text]
+    out: list[str] = []
+    data = text.encode("utf-8", "surrogatepass")
+    start = 0
+    while start < len(data):
+        end = min(start + max_bytes, len(data))
+        while end < len(data) and (data[end] & 0xC0) == 0x80:  # continuation byte
+            end -= 1
+        out.append(data[start:end].decode("utf-8", "surrogatepass"))
+        start = end
+    return out
+
+
+def _safe_rkey(rkey: str) -> str:
+    """``rkey`` with every character other than ASCII letters, digits, ``_``, ``-`` as ``_``."""
+    return _UNSAFE_ID_CHARS.sub("_", rkey)
+
+
+def _usable_call_id(cid: str) -> bool:
+    return bool(cid) and cid.isprintable() and utf8_len(cid) <= MAX_CALL_ID_BYTES
+
+
+class CallIds:
+    """Call ids unique within a conversation: keep a usable, unused provider id, else
+    generate ``call_<reply rkey>_<n>``. Persisted in the part, so never regenerated."""
+
+    __slots__ = ("used", "reply_rkey", "n")
+
+    def __init__(self, reply_rkey: str, used: Collection[str] = ()) -> None:
+        self.used = set(used)
+        self.reply_rkey = reply_rkey
+        self.n = 0
+
+    def take(self, provider_id: str | None) -> str:
+        if provider_id and _usable_call_id(provider_id) and provider_id not in self.used:
+            self.used.add(provider_id)
+            return provider_id
+        prefix = f"call_{_safe_rkey(self.reply_rkey)}_"  # only here: provider ids are usually kept
+        while True:
+            cid = f"{prefix}{self.n}"
+            self.n += 1
+            if cid not in self.used:
+                self.used.add(cid)
+                return cid
+
+
+def map_finish_reason(reason: str | None) -> str | None:
+    """The record's ``finishReason``: Lux IR values; other strings are kept (open knownValues)."""
+    if reason is None:
+        return None
+    return str(finish_reason_from_str(reason))
+
+
+def map_usage(usage: object) -> Usage | None:
+    """Lux usage → record usage (input/output/reasoning tokens)."""
+    if usage is None:
+        return None
+    return Usage(
+        input_tokens=max(0, int(usage.prompt_tokens)),  # type: ignore[attr-defined]
+        output_tokens=max(0, int(usage.completion_tokens)),  # type: ignore[attr-defined]
+        reasoning_tokens=(max(0, int(usage.reasoning_tokens))  # type: ignore[attr-defined]
+                          if usage.reasoning_tokens is not None else None),  # type: ignore[attr-defined]
+    )
+
+
+def response_to_parts(
+    response: LuxResponse,
+    *,
+    provider: str,
+    model: str,
+    needs_approval: Callable[[str], bool],
+    reply_rkey: str = "reply",
+    used_call_ids: Collection[str] = (),
+    call_ids: CallIds | None = None,
+    sources: Mapping[str, str] | None = None,
+    seen_urls: set[str] | None = None,
+    max_parts: int = MAX_PARTS,
+) -> ReplyDraft:
+    """The parts for ``response`` (choice 0), in the model's order.
+
+    ``provider``/``model``: the modelRef the request was made for; opaque state is
+    tagged with it (so the next turn with the same modelRef sends it back).
+    ``needs_approval(tool)``: True → the call is written ``pending`` and not run.
+    ``reply_rkey``/``used_call_ids`` (every call id already in the conversation
+    history and this reply) or a shared ``call_ids`` make generated ids unique.
+    ``sources``: ``toolCallPart.source`` per tool name (MCP server URL/command).
+    ``seen_urls``: urls already cited in this reply (shared across tool-loop steps).
+    ``max_parts``: room left in the reply's parts array.
+    """
+    ids = call_ids if call_ids is not None else CallIds(reply_rkey, used_call_ids)
+    urls = seen_urls if seen_urls is not None else set()
+    diags: list[Diagnostic] = []
+    parts: list[Part] = []
+    pending: list[ToolCallPart] = []
+    runnable: list[ToolCallPart] = []
+    msg = response.choices[0].message if response.choices else None
+    content = msg.content if msg is not None else []
+
+    def tag(pd: ProviderData | None) -> ProviderData:
+        if pd is None:
+            return ProviderData(provider, model, {})
+        if pd.provider == provider and pd.model != model:
+            return ProviderData(provider, model, pd.data)
+        return pd
+
+    def pd_string(i: int, pd: ProviderData, **kw: object) -> str | None:
+        s = encode_provider_data(pd, **kw)  # type: ignore[arg-type]
+        if utf8_len(s) > MAX_PROVIDER_DATA_BYTES:
+            diags.append(Diagnostic(f"content[{i}].provider_data", _UNSUPPORTED,
+                                    f"provider data larger than {MAX_PROVIDER_DATA_BYTES} bytes; not kept"))
+            return None
+        return s
+
+    for i, block in enumerate(content):
+        t = type(block)
+        if t is Thinking:
+            th: Thinking = block  # type: ignore[assignment]
+            text = th.text
+            summary = False
+            if not text and th.summary:
+                text = "\n\n".join(c.text for c in th.summary if type(c) is Text)
+                summary = bool(text)
+            opaque = th.provider_data is not None or th.signature is not None or th.redacted
+            pds = None
+            if opaque or summary:
+                pds = pd_string(i, tag(th.provider_data),
+                                signature=th.signature, redacted=th.redacted, summary=summary)
+            if not text and pds is None:
+                continue
+            chunks = split_text(text) if text else [""]
+            for k, chunk in enumerate(chunks):
+                parts.append(ReasoningPart(text=chunk or None, provider_data=pds if k == 0 else None))
+        elif t is Text or t is Refusal:
+            if t is Refusal:
+                text = block.refusal  # type: ignore[union-attr]
+                pd = None
+                diags.append(Diagnostic(f"content[{i}]", _DEGRADED, "refusal written as a text part"))
+            else:
+                text = block.text  # type: ignore[union-attr]
+                pd = block.provider_data  # type: ignore[union-attr]
+            pds = pd_string(i, tag(pd)) if pd is not None else None
+            if not text and pds is None:
+                continue
+            for k, chunk in enumerate(split_text(text)):
+                parts.append(TextPart(text=chunk, provider_data=pds if k == 0 else None))
+            for j, a in enumerate((block.annotations or []) if t is Text else []):  # type: ignore[union-attr]
+                sp = _source_part(a, i, j, urls, diags)
+                if sp is not None:
+                    parts.append(sp)
+        elif t is ToolUse:
+            tu: ToolUse = block  # type: ignore[assignment]
+            cid = ids.take(tu.id)
+            if cid != tu.id:
+                diags.append(Diagnostic(f"content[{i}].tool_use.id", _DEGRADED,
+                                        "provider call id missing, repeated or unusable; generated one"))
+            name = tu.name
+            if utf8_len(name) > MAX_TOOL_BYTES:
+                name = name.encode("utf-8")[:MAX_TOOL_BYTES].decode("utf-8", "ignore")
+                diags.append(Diagnostic(f"content[{i}].tool_use.name", _INVALID, "tool name over 128 bytes; cut"))
+            pds = pd_string(i, tag(tu.provider_data)) if tu.provider_data else None
+            src = (sources or {}).get(name, "")
+            if utf8_len(tu.arguments) > MAX_INPUT_BYTES:
+                diags.append(Diagnostic(f"content[{i}].tool_use.arguments", _INVALID,
+                                        "arguments over 200000 bytes; call answered as not run"))
+                parts.append(ToolCallPart(call_id=cid, tool=name, input="{}", source=src, provider_data=pds))
+                parts.append(ToolResultPart(call_id=cid, output=INPUT_TOO_LARGE, is_error=True))
+                continue
+            wait = needs_approval(name)
+            call = ToolCallPart(call_id=cid, tool=name, input=tu.arguments, source=src,
+                                approval="pending" if wait else None, provider_data=pds)
+            parts.append(call)
+            (pending if wait else runnable).append(call)
+        elif t is Media:
+            diags.append(Diagnostic(f"content[{i}]", _UNSUPPORTED, "this kind of output is not stored in replies", block.kind))  # type: ignore[union-attr]
+        else:
+            diags.append(Diagnostic(f"content[{i}]", _UNSUPPORTED, "a block of a kind replies cannot hold left out", type(block).__name__))
+
+    if len(parts) > max_parts:
+        dropped = parts[max_parts:]
+        parts = parts[:max_parts]
+        drop_ids = {p.call_id for p in dropped if type(p) is ToolCallPart}
+        pending = [c for c in pending if c.call_id not in drop_ids]
+        runnable = [c for c in runnable if c.call_id not in drop_ids]
+        diags.append(Diagnostic("parts", _INVALID,
+                                f"{len(dropped)} parts over the {MAX_PARTS}-part limit of a reply left out"))
+
+    fr = response.choices[0].finish_reason if response.choices else None
+    finish = map_finish_reason(fr)
+    if finish is not None and finish not in _KNOWN_FINISH_REASONS:
+        diags.append(Diagnostic("finish_reason", _DEGRADED, f"provider finish reason {finish!r} kept as is"))
+    return ReplyDraft(
+        parts=parts,
+        finish_reason=finish,
+        usage=map_usage(response.usage),
+        awaiting_approval=bool(pending),
+        pending_calls=pending,
+        runnable_calls=runnable,
+        diagnostics=diags,
+    )
+
+
+def _source_part(a: object, i: int, j: int, urls: set[str], diags: list[Diagnostic]) -> SourcePart | None:
+    """The sourcePart of annotation ``j`` of content block ``i``, if it is a new url."""
+    if getattr(a, "kind", None) not in ("url", "web_search_citation"):
+        return None
+    url = getattr(a, "ref", None)
+    if not url or url in urls:
+        return None
+    title = getattr(a, "text", None)
+    if title is not None and (utf8_len(title) > MAX_TITLE_BYTES or grapheme_len(title) > MAX_TITLE_GRAPHEMES):
+        title = _cut_title(title)
+    try:
+        sp = SourcePart(url=url, title=title or None)
+    except Exception:
+        diags.append(Diagnostic(f"content[{i}].annotations[{j}]", _INVALID,
+                                "citation url is not a valid URI; left out"))
+        return None
+    urls.add(url)
+    return sp
+
+
+def _cut_title(title: str) -> str:
+    import regex
+
+    clusters = regex.findall(r"\X", title)[: MAX_TITLE_GRAPHEMES - 1]
+    out = ""
+    for c in clusters:
+        if utf8_len(out + c) > MAX_TITLE_BYTES - 3:
+            break
+        out += c
+    return out + "…"
+
+
+def with_results(parts: Sequence[Part], results: Mapping[str, ToolResultPart]) -> list[Part]:
+    """``parts`` with each result placed right after its call (§5 order). Calls that
+    already have a result, and results for unknown calls, are left as they are."""
+    have = {p.call_id for p in parts if type(p) is ToolResultPart}
+    out: list[Part] = []
+    for p in parts:
+        out.append(p)
+        if type(p) is ToolCallPart and p.call_id not in have:
+            r = results.get(p.call_id)
+            if r is not None:
+                out.append(r)
+                have.add(p.call_id)
+    return out
+
+
+def call_ids_in(parts: Sequence[Part]) -> set[str]:
+    """Every call id in ``parts`` (to seed ``used_call_ids`` from the history)."""
+    return {p.call_id for p in parts if type(p) is ToolCallPart}

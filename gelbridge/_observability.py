@@ -1,0 +1,225 @@
+"""Watching a running gelbridge: health, readiness and Prometheus metrics over HTTP, and
+logs as JSON lines.
+
+``[observability] listen = "127.0.0.1:9464"`` (off unless set) serves:
+
+- ``GET /healthz``: 200 while the process runs;
+- ``GET /readyz``: 200 once every account is logged in and its event source connected,
+  503 before and while a source reconnects (the body says which account waits);
+- ``GET /metrics``: the Prometheus text format (``prometheus-client``).
+
+Every metric is labelled by account name (the ``[[accounts]]`` name or the identifier)
+and by gelbridge's own words (a status, a tool outcome), never by anything from a record:
+no text, no part types, no tool inputs, no provider messages.
+
+``--log-format json`` (or ``[logging] format = "json"``) writes one JSON object per log
+line: ``{"ts", "level", "logger", "message"}``. The messages are the same as the text
+format's, which never hold content.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.exposition import CONTENT_TYPE_LATEST
+
+log = logging.getLogger("gelbridge.observability")
+
+_MS_BUCKETS = (0.1, 0.25, 0.5, 1, 2.5, 5, 10, 25, 50, 100, 250, 500, 1000)
+_S_BUCKETS = (0.1, 0.25, 0.5, 1, 2.5, 5, 10, 20, 30, 60, 120, 300, 600)
+
+
+class Metrics:
+    """The process's metrics, in a registry of their own (several in one test process)."""
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        r = self.registry
+        self.turns = Counter("gelbridge_turns", "Replies finished, by final status.", ["account", "status"], registry=r)
+        self.bridge_ms = Histogram("gelbridge_bridge_overhead_ms", "gelbridge's own work per turn (ms): "
+                                   "no model, PDS or tool time.", ["account"], buckets=_MS_BUCKETS, registry=r)
+        self.model_s = Histogram("gelbridge_model_latency_seconds", "Model time per turn (s).", ["account"],
+                                 buckets=_S_BUCKETS, registry=r)
+        self.tool_runs = Counter("gelbridge_tool_runs", "Tool calls answered, by outcome.", ["account", "outcome"],
+                                 registry=r)
+        self.write_points = Counter("gelbridge_pds_write_points", "PDS write points spent on reply records "
+                                    "(claim, progress updates, final write: putRecord, 2 each).", ["account"],
+                                    registry=r)
+        self.reconnects = Counter("gelbridge_source_reconnects", "Event source reconnects.", ["source"], registry=r)
+        self.queue_depth = Gauge("gelbridge_queue_depth", "Claimed replies waiting for a turn slot.", ["account"],
+                                 registry=r)
+        self.in_flight = Gauge("gelbridge_replies_in_flight", "Turns running now.", ["account"], registry=r)
+        self.event_age = Gauge("gelbridge_source_last_event_age_seconds", "Seconds since the event source "
+                               "delivered its last event (the firehose/Jetstream lag bound).", ["source"], registry=r)
+        self.connected = Gauge("gelbridge_source_connected", "1 while the event source is connected.", ["source"],
+                               registry=r)
+        self.points_remaining = Gauge("gelbridge_pds_write_points_remaining", "The account's PDS write points "
+                                      "left in the current window, from the PDS's ratelimit-remaining header "
+                                      "(absent while the PDS sends none).", ["account"], registry=r)
+        self.relay_events = Gauge("gelbridge_relay_host_events", "Record writes to the PDS host this process "
+                                  "made in the relay's window, by window (second, hour, day).", ["host", "window"],
+                                  registry=r)
+
+    def turn_finished(self, account: str, report: Any) -> None:
+        """Count a finished turn (a ``worker.turn.TurnReport``)."""
+        self.turns.labels(account, str(report.status)).inc()
+        t = report.timing
+        self.bridge_ms.labels(account).observe(max(0.0, float(t.bridge_ms)))
+        self.model_s.labels(account).observe(max(0.0, float(t.model_ms)) / 1000)
+        self.write_points.labels(account).inc(int(report.points))  # claim, progress, checkpoints, final
+
+    def tool_outcome(self, account: str, is_error: bool) -> None:
+        self.tool_runs.labels(account, "error" if is_error else "ok").inc()
+
+    def exposition(self) -> bytes:
+        return generate_latest(self.registry)
+
+
+class Readiness:
+    """What ``/readyz`` answers: every account logged in and its source connected."""
+
+    def __init__(self, probes: Callable[[], Iterable[tuple[str, bool, bool]]]) -> None:
+        self._probes = probes  # (account, logged in, source connected)
+
+    def check(self) -> tuple[bool, str]:
+        waiting = [f"{a}: {'not logged in' if not logged else 'source not connected'}"
+                   for a, logged, connected in self._probes() if not (logged and connected)]
+        return (not waiting, "ready\n" if not waiting else "not ready: " + "; ".join(waiting) + "\n")
+
+
+async def serve_http(listen: str, metrics: Metrics, readiness: Readiness,
+                     before_scrape: Callable[[], None] | None = None) -> asyncio.AbstractServer:
+    """Start the health/metrics server on ``listen`` (``host:port``; port 0 picks one)."""
+    host, _, port = listen.rpartition(":")
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            line = await asyncio.wait_for(reader.readline(), 5)
+            while (await asyncio.wait_for(reader.readline(), 5)) not in (b"\r\n", b"\n", b""):
+                pass  # headers: not needed
+            parts = line.decode("latin-1").split()
+            path = parts[1].split("?", 1)[0] if len(parts) >= 2 else ""
+            if len(parts) < 2 or parts[0] not in ("GET", "HEAD"):
+                status, ctype, body = "405 Method Not Allowed", "text/plain", b"GET only\n"
+            elif path == "/healthz":
+                status, ctype, body = "200 OK", "text/plain", b"ok\n"
+            elif path == "/readyz":
+                ok, text = readiness.check()
+                status, ctype, body = ("200 OK" if ok else "503 Service Unavailable"), "text/plain", text.encode()
+            elif path == "/metrics":
+                if before_scrape is not None:
+                    before_scrape()
+                status, ctype, body = "200 OK", CONTENT_TYPE_LATEST, metrics.exposition()
+            else:
+                status, ctype, body = "404 Not Found", "text/plain", b"not found: /healthz, /readyz, /metrics\n"
+            head = (f"HTTP/1.1 {status}\r\nContent-Type: {ctype}\r\nContent-Length: {len(body)}\r\n"
+                    "Connection: close\r\n\r\n").encode()
+            writer.write(head + (body if parts[:1] != ["HEAD"] else b""))
+            await writer.drain()
+        except (TimeoutError, ConnectionError, asyncio.IncompleteReadError):
+            pass
+        finally:
+            writer.close()
+
+    server = await asyncio.start_server(handle, host or "127.0.0.1", int(port or 0))
+    bound = server.sockets[0].getsockname()
+    log.info("health and metrics on http://%s:%s (/healthz, /readyz, /metrics)", bound[0], bound[1])
+    return server
+
+
+class JsonFormatter(logging.Formatter):
+    """One JSON object per line: ``ts`` (ISO 8601, UTC), ``level``, ``logger``, ``message``."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        out = {
+            "ts": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created)) + f".{int(record.msecs):03d}Z",
+            "level": record.levelname.lower(),
+            "logger": record.name,
+            "message": record.getMessage(),
+        }
+        if record.exc_info and record.exc_info[0] is not None:
+            out["error"] = record.exc_info[0].__name__  # the type only: a message may quote content
+        return json.dumps(out, ensure_ascii=False)
+
+
+class Watched:
+    """What the health/metrics server looks at in a running process: its accounts (by
+    label: their workers) and event sources (by name). ``gelbridge run`` with one account
+    and the :class:`~gelbridge._bridge.Bridge` with many hand over the same two views, so
+    ``/readyz`` and the gauges mean the same in both.
+
+    A source has ``connected`` (an ``asyncio.Event``), ``reconnects``,
+    ``last_event_at`` (``time.monotonic()``) and ``dids`` (the accounts it carries).
+    ``sources`` returns None while the process follows no source of its own (a library
+    consumer feeds the :class:`~gelbridge._bridge.Bridge`): then logged in is ready."""
+
+    def __init__(self, metrics: Metrics, accounts: Callable[[], Iterable[tuple[str, Any]]],
+                 sources: Callable[[], Mapping[str, Any] | None]) -> None:
+        self.metrics = metrics
+        self._accounts = accounts
+        self._sources = sources
+        self._seen_reconnects: dict[str, int] = {}
+
+    def probes(self) -> list[tuple[str, bool, bool]]:
+        """(account, logged in, its source connected) for every account."""
+        followed = self._sources()
+        sources = list(followed.values()) if followed is not None else []
+        out = []
+        for label, w in self._accounts():
+            started = bool(getattr(w, "started", False))
+            pds = getattr(w, "pds", None) if started else None
+            logged_in = started and pds is not None and pds.session is not None
+            mine = [s for s in sources if w.did in getattr(s, "dids", ())]
+            connected = followed is None or (bool(mine) and all(s.connected.is_set() for s in mine))
+            out.append((label, logged_in, connected))
+        return out
+
+    def before_scrape(self) -> None:
+        """Bring the gauges up to date (and the reconnect counter: sources count their own)."""
+        m = self.metrics
+        now = time.monotonic()
+        for label, w in self._accounts():
+            sched = getattr(w, "scheduler", None)
+            if sched is not None:
+                m.queue_depth.labels(label).set(sched.queued)
+                m.in_flight.labels(label).set(sched.running)
+            if not getattr(w, "started", False):
+                continue
+            budget = getattr(getattr(w, "pds", None), "budget", None)
+            if budget is not None and budget.remaining is not None:
+                m.points_remaining.labels(label).set(budget.remaining)
+        relays: dict[str, Any] = {}
+        for _label, w in self._accounts():
+            relay = getattr(getattr(w, "pds", None), "relay", None) if getattr(w, "started", False) else None
+            if relay is not None:
+                relays[relay.host] = relay
+        for host, relay in relays.items():
+            for window, n in relay.counts().items():
+                m.relay_events.labels(host, window).set(n)
+        for name, src in (self._sources() or {}).items():
+            m.connected.labels(name).set(1 if src.connected.is_set() else 0)
+            seen = self._seen_reconnects.get(name, 0)
+            if src.reconnects > seen:
+                m.reconnects.labels(name).inc(src.reconnects - seen)
+            m.reconnects.labels(name).inc(0)  # present from the first scrape
+            self._seen_reconnects[name] = src.reconnects
+            if src.last_event_at is not None:
+                m.event_age.labels(name).set(now - src.last_event_at)
+
+    async def serve(self, listen: str) -> None:
+        """Serve ``/healthz``, ``/readyz``, ``/metrics`` on ``listen`` until cancelled."""
+        self.http = await serve_http(listen, self.metrics, Readiness(self.probes), self.before_scrape)
+        try:
+            await asyncio.Event().wait()
+        finally:
+            self.http.close()
+
+
+LOG_LEVELS = ("debug", "info", "warning", "error")
+LOG_FORMATS = ("text", "json")

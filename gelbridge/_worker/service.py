@@ -1,0 +1,643 @@
+"""The worker service: wiring, event intake, backfill, recovery, shutdown, status.
+
+Library use (a firehose/Jetstream consumer of your own feeds events in)::
+
+    worker = Worker(settings)
+    await worker.start()                       # session, keyring, tools, model client
+    await worker.backfill()                    # optional: answer what is owed already
+    await worker.handle_event(did, collection, rkey, cid, record)   # per record event
+    ...
+    await worker.aclose()                      # bounded grace, then interrupted
+
+``handle_event`` returns once the event's effects are durable (the claim is written, or
+nothing is to be done): only then may a consumer advance its own cursor. Turns run in
+the background (:class:`~gelbridge._worker.scheduler.Scheduler`). ``run()`` is the
+``gelbridge run`` loop: start, backfill, watch (firehose or poll), stop on a signal. Its
+sources are built by :mod:`gelbridge._worker.watch`, as the ``Bridge``'s are; the
+upkeep both run per account is here: ``backfill``, ``recover_claims``, ``sweep_loop``,
+``reconnected``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import time
+from collections import defaultdict
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import urlsplit
+
+from gelbridge import _tracing as tracing
+from gelbridge._config import Settings
+from gelbridge._errors import ClaimConflict, ConfigError, GelbridgeError, PdsAuthError, PdsError, RecordError
+from gelbridge._identity import IdentityError, check_session_did, resolve_account
+from gelbridge._mapping import OpenedRecordCache
+from gelbridge._pds import PdsClient, RelayBudget, Session
+from gelbridge._records.constants import (
+    FINAL_STATUSES,
+    MESSAGE_COLLECTION,
+    ROLE_ASSISTANT,
+    SETTINGS_COLLECTION,
+    SETTINGS_RKEY,
+    STATUS_CANCELLED,
+    STATUS_ERROR,
+)
+from gelbridge._records.models import ReplyError
+from gelbridge._sealing import Keyring
+from gelbridge._seams import Printer
+from gelbridge._state import FINISHED_STATUSES, Claim, StateStore
+from gelbridge._worker.decide import Ask, ask_of, decide_existing_reply, error_message, peek_ask
+from gelbridge._worker.repo import SIDE_RECORD_TYPES, Entry, RepoView, SideRecords
+from gelbridge._worker.scheduler import Scheduler
+from gelbridge._worker.sources import FirehoseSource, PollSource, firehose_cursor_key
+from gelbridge._worker.turn import WRITE_REFUSED, TurnDeps, TurnJob, TurnReport, run_turn, write_refused_reply
+from gelbridge._worker.watch import stop_tasks
+from gelbridge._worker.writer import ReplyWriter
+
+log = logging.getLogger("gelbridge.worker")
+
+_UNKNOWN: Any = object()  # "the reply slot was not looked at yet"
+
+
+def session_key(settings: Settings) -> str:
+    """The state-store key of the PDS session: PDS URL + login identifier."""
+    a = settings.account
+    return f"{(a.pds or '').rstrip('/')}|{a.identifier or ''}"
+
+
+def load_keyring(settings: Settings, environ: Mapping[str, str] | None = None) -> Keyring:
+    """``[keyring] path`` (or ``$GELBRIDGE_KEYRING``)."""
+    if settings.keyring.path is not None:
+        return Keyring.load(settings.keyring.path)
+    return Keyring.from_env(environ)
+
+
+@dataclass
+class BackfillReport:
+    messages: int = 0
+    owed: int = 0
+    resumed: int = 0
+    unfinished_claims: int = 0
+    incomplete: bool = False
+
+
+class Worker:
+    """Answers the chat.gel.assistant messages of one account."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        *,
+        keyring: Mapping[str, bytes] | None = None,
+        store: StateStore | None = None,
+        pds: PdsClient | None = None,
+        model: Any = None,
+        registry: Any = None,
+        out: Printer | None = None,
+        environ: Mapping[str, str] | None = None,
+    ) -> None:
+        self.settings = settings
+        self._keyring = keyring
+        self._store = store
+        self._pds = pds
+        self.model = model
+        self.registry = registry
+        self.out = out
+        self.environ = environ if environ is not None else os.environ
+        self.did = ""
+        self.handle = ""
+        self.adapter_names: list[str] = []
+        self._owned: set[str] = set()
+        self._locks: defaultdict[str, asyncio.Lock] = defaultdict(asyncio.Lock)
+        self._tasks: list[asyncio.Task[None]] = []
+        self._sweep_wake = asyncio.Event()
+        self.source: FirehoseSource | PollSource | None = None
+        self.started = False
+        self.stats: defaultdict[str, int] = defaultdict(int)
+        self.reports: list[TurnReport] = []
+        self.metrics: Any = None  # gelbridge._observability.Metrics, when [observability] listen is set
+        self.label = settings.account.identifier or ""
+
+    # --- what start() provides (given to the constructor, or opened there) --------------------
+
+    @property
+    def store(self) -> StateStore:
+        if self._store is None:
+            raise RuntimeError("the worker has no state store yet: call await worker.start() first")
+        return self._store
+
+    @property
+    def pds(self) -> PdsClient:
+        if self._pds is None:
+            raise RuntimeError("the worker is not logged in yet: call await worker.start() first")
+        return self._pds
+
+    @property
+    def keyring(self) -> Mapping[str, bytes]:
+        if self._keyring is None:
+            raise RuntimeError("the worker has no keyring yet: call await worker.start() first")
+        return self._keyring
+
+    @property
+    def given_store(self) -> StateStore | None:
+        """The state store, if one was given or opened already (None before start)."""
+        return self._store
+
+    # --- start-up ---------------------------------------------------------------------------
+
+    def _say(self, line: str) -> None:
+        if self.out is not None:
+            print(line, file=self.out, flush=True)
+
+    async def start(self) -> None:
+        """Open state, log in (or resume), load keyring, tools and the model client."""
+        s = self.settings
+        tracing.configure(s.observability)
+        if s.observability.listen and self.metrics is None:
+            from gelbridge._observability import Metrics
+
+            self.metrics = Metrics()
+        if self._store is None:
+            self._store = StateStore.open_dir(s.state_dir)
+            self._owned.add("store")
+        if self._keyring is None:
+            self._keyring = load_keyring(s, self.environ)
+        if self._pds is None:
+            self._pds = await self._connect()
+            self._owned.add("pds")
+        sess = self.pds.session
+        assert sess is not None
+        self.did, self.handle = sess.did, sess.handle
+        r = s.relay
+        if getattr(self.pds, "relay", None) is None and r.applies_to(self.pds.pds_url):
+            self.pds.relay = RelayBudget(urlsplit(self.pds.pds_url).netloc, r.events_per_second,
+                                         r.events_per_hour, r.events_per_day)
+        if self.registry is None:
+            from gelbridge._tools import load_tool_registry
+
+            self.registry = await load_tool_registry(s)
+            self._owned.add("registry")
+        if self.model is None:
+            self.model = self._model_client()
+            self._owned.add("model")
+        self.view = RepoView(self.pds, self.did)
+        # conversation/settings records: kept current by their events; "poll" lists
+        # messages only, so there they are read again after poll_interval
+        self.side = SideRecords(self.pds, self.did,
+                                ttl=s.watch.poll_interval if s.watch.source == "poll" else None)
+        self.opened = OpenedRecordCache()
+        self.deps = TurnDeps(
+            settings=s, pds=self.pds, did=self.did, keyring=self.keyring, store=self.store,
+            view=self.view, opened=self.opened, model=self.model, registry=self.registry,
+            side=self.side, metrics=self.metrics, label=self.label,
+        )
+        self.scheduler = Scheduler(self._run_turn, self._cancel_queued, concurrency=s.worker.concurrency)
+        self.started = True
+
+    def _model_client(self) -> Any:
+        try:
+            from gelbridge._adapters.client import ModelClient
+        except ImportError as e:  # pragma: no cover - only while the adapter layer is missing
+            raise ConfigError(f"the model client is not available ({e}); reinstall gelbridge") from None
+        adapters = None
+        try:
+            from gelbridge._adapters.registry import registry_from_settings
+
+            adapters = registry_from_settings(self.settings)
+            self.adapter_names = list(adapters.names())
+        except GelbridgeError as e:
+            log.error("adapters failed to load (%s)", e)
+        if adapters is not None:
+            return ModelClient(self.settings, registry=adapters)
+        return ModelClient(self.settings)
+
+    async def _connect(self) -> PdsClient:
+        a = self.settings.account
+        if not a.identifier:
+            raise ConfigError("set [account] identifier (a handle or DID; or GELBRIDGE_IDENTIFIER)")
+        store = self.store
+        assert store is not None
+        key = session_key(self.settings)
+        saved = store.load_session(key)
+        expected_did: str | None = None
+        if a.pds:
+            pds_url = a.pds
+        else:
+            try:
+                resolved = await resolve_account(a.identifier, self.settings.identity)
+                pds_url, expected_did = resolved.pds, resolved.did
+            except IdentityError as e:
+                if saved is None or not saved.get("pds"):
+                    raise
+                # a PLC or DNS outage must not keep a restart from serving: the saved session
+                # names the PDS it was made on (and the session's DID is checked by the PDS)
+                log.warning("%s; using the saved session's PDS for now", e)
+                pds_url, expected_did = str(saved["pds"]), saved.get("did")
+
+        def save(session: Session) -> None:
+            store.save_session(key, {**session.to_dict(), "pds": pds_url})
+
+        pds = PdsClient(pds_url, on_session_change=save)
+        if saved is not None and saved.get("pds", pds_url) != pds_url:  # the account moved to another PDS
+            log.info("the saved PDS session is for another PDS; logging in again")
+            saved = None
+        if saved is not None and expected_did is not None and saved.get("did") != expected_did:
+            log.info("the saved PDS session is for another account than the identifier names; logging in again")
+            saved = None
+        if saved is not None:
+            try:
+                pds.resume(Session.from_dict(saved))
+                await pds.get_record(SETTINGS_COLLECTION, SETTINGS_RKEY)  # probe (refreshes if due)
+                log.info("resumed the saved PDS session of %s", saved.get("handle"))
+                return pds
+            except PdsAuthError:
+                log.info("the saved PDS session is no longer valid; logging in again")
+            except BaseException:
+                await pds.aclose()
+                raise
+        password = self.environ.get(a.password_env)
+        if not password:
+            await pds.aclose()
+            raise ConfigError(
+                f"no app password: set ${a.password_env} (create one in your PDS account settings)"
+            )
+        try:
+            session = await pds.login(a.identifier, password)
+            check_session_did(session.did, expected_did, a.identifier, pds_url)
+        except BaseException:
+            await pds.aclose()
+            raise
+        log.info("logged in to %s as %s", pds_url, a.identifier)
+        return pds
+
+    def startup_lines(self) -> list[str]:
+        """What ``gelbridge run`` prints when it is ready (no secrets)."""
+        s = self.settings
+        src = s.watch.source
+        if src == "firehose":
+            cur = self.store.get_cursor(firehose_cursor_key(self.pds.pds_url, self.did)) if self.store else None
+            source = f"firehose (cursor {cur if cur is not None else 'none: starting live + backfill'})"
+        else:
+            source = f"poll every {s.watch.poll_interval:g} s"
+        providers = ", ".join(f"{n} ({p.adapter} → {p.base_url})" for n, p in s.providers.items()) or "none"
+        default = f"{s.defaults.model.provider}/{s.defaults.model.id}" if s.defaults.model else "none"
+        tools = ", ".join(self.registry.names()) if self.registry is not None and len(self.registry) else "none"
+        return [
+            f"gelbridge worker for {self.handle} ({self.did})",
+            f"  PDS        {self.pds.pds_url}",
+            f"  source     {source}",
+            f"  providers  {providers}; default model {default}",
+            f"  adapters   {', '.join(self.adapter_names) or '(loaded on demand)'}",
+            f"  tools      {tools}",
+            f"  state      {self.store.path if self.store else '-'}",
+            f"  turns      {s.worker.concurrency} at once; progress every {s.replies.update_interval:g} s",
+        ]
+
+    # --- intake -------------------------------------------------------------------------------
+
+    async def handle_event(
+        self,
+        did: str,
+        collection: str,
+        rkey: str,
+        cid: str | None,
+        record: Mapping[str, Any] | None,
+        *,
+        action: str = "create",
+        received_at: float | None = None,
+    ) -> str:
+        """Handle one record event; returns when its effects are durable.
+
+        Returns what was decided (for logs and tests): ``ignored``, ``deleted``, ``reply``,
+        ``no-generation``, ``bad-record``, ``claimed``, ``resumed``, ``done``, ``foreign``,
+        ``active``, ``side-record`` (a conversation or settings record: cached for turns).
+        """
+        received = received_at if received_at is not None else time.monotonic()
+        if not self.started:
+            raise RuntimeError("call await worker.start() first")
+        if did == self.did and collection in SIDE_RECORD_TYPES:
+            self.side.event(collection, rkey, record, action=action)
+            return "side-record"
+        if did != self.did or collection != MESSAGE_COLLECTION:
+            return "ignored"
+        if action == "delete":
+            self.view.drop(rkey)
+            return "deleted"
+        if record is None:  # a tooBig commit: read it
+            entry = await self.view.get(rkey, fresh=True)
+            if entry is None:
+                return "ignored"
+            cid, record = entry
+        value = dict(record)
+        self.view.put(rkey, cid, value)
+        if value.get("role") == ROLE_ASSISTANT:
+            return "reply"
+        if value.get("generation") is None:
+            return "no-generation"
+        return await self._consider(rkey, cid, value, received, existing=_UNKNOWN)
+
+    async def _consider(
+        self, rkey: str, cid: str | None, value: dict[str, Any], received: float, *, existing: Any
+    ) -> str:
+        try:
+            msg = self.opened.record(self.view.uri(rkey), cid, value)
+        except RecordError as e:
+            return await self._bad_record(rkey, value, e, received)
+        ask = ask_of(MESSAGE_COLLECTION, rkey, msg)
+        if ask is None:
+            return "no-generation"
+        async with self._locks[ask.message_rkey]:
+            try:
+                result = await self._claim_and_submit(ask, received, existing=existing)
+            finally:
+                lock = self._locks.get(ask.message_rkey)
+                if lock is not None and not lock.locked() and not getattr(lock, "_waiters", None):
+                    self._locks.pop(ask.message_rkey, None)
+        self.stats[result] += 1
+        return result
+
+    async def _bad_record(self, rkey: str, value: Mapping[str, Any], e: GelbridgeError, received: float) -> str:
+        """A malformed message: log kind + rkey; if it plainly asks for a reply, answer
+        once with ``status: error`` (``bad_record``), so the app can show why."""
+        log.warning("message %s is malformed (%s); not answering it", rkey, e.kind)
+        self.store.record_error(e.kind, account=self.did, record_key=rkey, where="intake")
+        self.stats["bad-record"] += 1
+        ask = peek_ask(MESSAGE_COLLECTION, rkey, value)
+        if ask is None or self.store.get_claim(self.did, ask.reply_rkey) is not None:
+            return "bad-record"
+        ask = Ask(ask.message_rkey, ask.attempt, ask.reply_rkey, ask.conversation, None)
+        self.store.record_claim(self.did, ask.message_rkey, ask.attempt, ask.reply_rkey, ask.conversation)
+        writer = self._writer(ask)
+        try:
+            await writer.claim()
+            await writer.final([], status=STATUS_ERROR, error=ReplyError(kind="bad_record", message=error_message(
+                "bad_record", detail=f"message {rkey} does not follow the chat.gel.assistant.message lexicon")))
+            self.store.update_claim_status(self.did, ask.reply_rkey, "error", "bad_record")
+        except ClaimConflict:
+            self.store.update_claim_status(self.did, ask.reply_rkey, "cancelled", "claimed_elsewhere")
+        return "bad-record"
+
+    def _writer(self, ask: Ask) -> ReplyWriter:
+        return ReplyWriter(
+            self.pds, self.view, reply_rkey=ask.reply_rkey, message_rkey=ask.message_rkey,
+            conversation=ask.conversation, key_id=ask.key_id, keyring=self.keyring,
+            update_interval=self.settings.replies.update_interval,
+            max_write_bytes=self.settings.replies.max_write_bytes,
+            reserve_points=self.settings.replies.reserve_points,
+        )
+
+    async def _claim_and_submit(self, ask: Ask, received: float, *, existing: Any) -> str:
+        rk = ask.reply_rkey
+        if self.scheduler.is_active(rk):
+            return "active"
+        prior: Claim | None = self.store.get_claim(self.did, rk)
+        if prior is not None and prior.status in FINISHED_STATUSES:
+            return "done"
+        if prior is not None and prior.error_kind == WRITE_REFUSED:
+            return await self._finish_refused(ask)
+        ours = prior is not None
+        writer = self._writer(ask)
+        if existing is _UNKNOWN and ours:
+            existing = await self.view.get(rk, fresh=True)
+        if existing is _UNKNOWN or existing is None:
+            if not ours:
+                self.store.record_claim(self.did, ask.message_rkey, ask.attempt, rk, ask.conversation)
+            try:
+                await writer.claim()
+            except ClaimConflict:
+                existing = await self.view.get(rk, fresh=True)
+                if existing is None:
+                    return "raced"
+            else:
+                self._submit(ask, writer, received)
+                return "claimed"
+        cid, value = existing
+        decision = decide_existing_reply(value, ours=ours, stale_after=self.settings.worker.stale_claim_after)
+        if decision == "done":
+            status = value.get("status")
+            if ours or self.store.get_claim(self.did, rk) is not None:
+                self.store.update_claim_status(self.did, rk, status if status in FINISHED_STATUSES else "complete")
+            return "done"
+        if decision == "foreign":
+            if not ours and self.store.get_claim(self.did, rk) is not None:  # our fresh claim row lost the race
+                self.store.update_claim_status(self.did, rk, "cancelled", "claimed_elsewhere")
+            log.info("reply %s belongs to another worker; not answering", rk)
+            return "foreign"
+        if self.store.get_claim(self.did, rk) is None:
+            self.store.record_claim(self.did, ask.message_rkey, ask.attempt, rk, ask.conversation)
+        if cid is None:
+            fresh = await self.view.get(rk, fresh=True)
+            if fresh is None:
+                return "raced"
+            cid, value = fresh
+        writer.adopt(cid, value)
+        log.info("%s unfinished reply %s", "resuming" if decision == "resume" else "taking over stale", rk)
+        self._submit(ask, writer, received, resumed=True, resume_from=(cid, value),
+                     takeover=decision == "takeover")
+        return "resumed"
+
+    async def _finish_refused(self, ask: Ask) -> str:
+        """A reply whose final write the PDS refused for good: write the minimal error
+        reply (again), never the turn: the model is not called a second time."""
+        existing = await self.view.get(ask.reply_rkey, fresh=True)
+        if existing is None:
+            self.store.update_claim_status(self.did, ask.reply_rkey, "cancelled")
+            return "done"
+        if existing[1].get("status") in FINAL_STATUSES:
+            self.store.update_claim_status(self.did, ask.reply_rkey, existing[1]["status"], WRITE_REFUSED)
+            return "done"
+        writer = self._writer(ask)
+        writer.adopt(*existing)
+        status, _ = await write_refused_reply(self.deps, writer, ask.reply_rkey)
+        return "done" if status != "unfinished" else "postponed"
+
+    def _submit(self, ask: Ask, writer: ReplyWriter, received: float, *, resumed: bool = False,
+                resume_from: Entry | None = None, takeover: bool = False) -> None:
+        self.scheduler.submit(TurnJob(ask=ask, writer=writer, received_at=received, resumed=resumed,
+                                      resume_from=resume_from, takeover=takeover))
+
+    async def _run_turn(self, job: TurnJob) -> TurnReport:
+        def attrs() -> dict[str, Any]:
+            return {"gelbridge.account": self.label, "gelbridge.reply.rkey": job.ask.reply_rkey,
+                    "gelbridge.reply.attempt": job.ask.attempt, "gelbridge.turn.resumed": job.resumed}
+
+        with tracing.span("gelbridge.turn", attrs) as sp:
+            report = await run_turn(self.deps, job)
+            if sp is not None:
+                sp.set_attribute("gelbridge.turn.status", report.status)
+                sp.set_attribute("gelbridge.turn.steps", report.steps)
+                sp.set_attribute("gelbridge.pds.write_points", report.points)
+                if report.error_kind:
+                    tracing.failed(sp, report.error_kind)
+        if self.metrics is not None:
+            self.metrics.turn_finished(self.label, report)
+        self.stats[f"turn-{report.status}"] += 1
+        self.reports.append(report)
+        del self.reports[:-1000]
+        return report
+
+    async def _cancel_queued(self, job: TurnJob) -> None:
+        """A claimed turn superseded before it ran: write ``cancelled``."""
+        await job.writer.final([], status=STATUS_CANCELLED)
+        self.store.update_claim_status(self.did, job.ask.reply_rkey, "cancelled")
+
+    # --- backfill and recovery (per account; gelbridge run and the Bridge alike) ----------
+
+    async def backfill(self) -> BackfillReport:
+        """List every message; claim what is owed; resume our unfinished replies."""
+        rep = BackfillReport()
+        self.side.clear()  # record events may have been missed
+        listing: dict[str, Entry] = {}
+        try:
+            async for r in self.pds.iter_records(MESSAGE_COLLECTION, page_size=100, reverse=True):
+                listing[r.rkey] = (r.cid, r.value)
+                self.view.put(r.rkey, r.cid, r.value)
+        except PdsError as e:  # answer what was listed; the firehose and sweeps do the rest
+            rep.incomplete = True
+            log.error("backfill: listing messages failed after %d records (%s); continuing without the rest",
+                      len(listing), type(e).__name__)
+        now = time.monotonic()
+        for rkey, (cid, value) in listing.items():
+            if not isinstance(value, dict) or value.get("role") == ROLE_ASSISTANT or value.get("generation") is None:
+                continue
+            rep.messages += 1
+            peek = peek_ask(MESSAGE_COLLECTION, rkey, value)
+            existing = listing.get(peek.reply_rkey) if peek is not None else None
+            if existing is not None and existing[1].get("status") in FINAL_STATUSES:
+                claim = self.store.get_claim(self.did, peek.reply_rkey)  # type: ignore[union-attr]
+                if claim is not None and claim.status not in FINISHED_STATUSES:
+                    self.store.update_claim_status(self.did, claim.reply_rkey, existing[1]["status"])
+                continue
+            rep.owed += 1
+            try:
+                result = await self._consider(rkey, cid, value, now, existing=existing)
+            except PdsError as e:
+                log.warning("backfill: message %s not handled (%s)", rkey, type(e).__name__)
+                continue
+            except Exception as e:  # noqa: BLE001 - one record never stops the backfill (or the start)
+                self._record_failed(rkey, e, "backfill")
+                continue
+            if result == "resumed":
+                rep.resumed += 1
+        rep.unfinished_claims = await self.recover_claims()
+        return rep
+
+    def _record_failed(self, rkey: str, e: Exception, where: str) -> None:
+        """A record (or claim) nothing could handle: logged by kind, remembered, skipped."""
+        kind = getattr(e, "kind", None) if isinstance(e, GelbridgeError) else None
+        log.error("%s: %s failed (%s); skipped", where, rkey, type(e).__name__)  # no text: it may quote content
+        try:
+            self.store.record_error(kind if isinstance(kind, str) else "internal", account=self.did,
+                                    record_key=rkey, where=where)
+        except Exception:  # noqa: BLE001 - the state store may be what failed
+            pass
+
+    async def recover_claims(self) -> int:
+        """Finish claims of this worker left unfinished (crash, PDS outage during a claim)."""
+        n = 0
+        for claim in self.store.unfinished_claims(self.did):
+            if self.scheduler.is_active(claim.reply_rkey):
+                continue
+            n += 1
+            try:
+                await self._recover(claim)
+            except PdsError as e:
+                log.warning("recovery of %s postponed (%s)", claim.reply_rkey, type(e).__name__)
+            except Exception as e:  # noqa: BLE001 - one claim never stops the sweep
+                self._record_failed(claim.reply_rkey, e, "recovery")
+        return n
+
+    async def _recover(self, claim: Claim) -> None:
+        entry = await self.view.get(claim.message_rkey, fresh=True)
+        ask: Ask | None = None
+        if entry is not None:
+            cid, value = entry
+            try:
+                ask = ask_of(MESSAGE_COLLECTION, claim.message_rkey,
+                             self.opened.record(self.view.uri(claim.message_rkey), cid, value))
+            except RecordError:
+                ask = None
+        if entry is not None and ask is not None and ask.reply_rkey == claim.reply_rkey:
+            await self._consider(claim.message_rkey, entry[0], entry[1], time.monotonic(), existing=_UNKNOWN)
+            return
+        # the message is gone or asks for another attempt now: close this reply
+        reply = await self.view.get(claim.reply_rkey, fresh=True)
+        if reply is None or reply[1].get("status") in FINAL_STATUSES:
+            self.store.update_claim_status(self.did, claim.reply_rkey, "cancelled")
+            return
+        stub = Ask(claim.message_rkey, claim.attempt, claim.reply_rkey, claim.conversation,
+                   (reply[1].get("content") or {}).get("keyId"))
+        writer = self._writer(stub)
+        writer.adopt(reply[0], reply[1])
+        try:
+            await writer.final([], status=STATUS_CANCELLED)
+            self.store.update_claim_status(self.did, claim.reply_rkey, "cancelled")
+        except ClaimConflict:
+            self.store.update_claim_status(self.did, claim.reply_rkey, "cancelled", "claimed_elsewhere")
+
+    async def sweep_loop(self, interval: float = 30.0, *, at_start: bool = False) -> None:
+        """Until cancelled: :meth:`recover_claims` every ``interval`` s, and at once after
+        :meth:`reconnected` (and, with ``at_start``, right away: without a backfill, which
+        ends with a sweep, a reply a crash left unfinished would wait ``interval``). A
+        failed sweep is logged; the next one tries again."""
+        if at_start:
+            self._sweep_wake.set()
+        while True:
+            try:
+                await asyncio.wait_for(self._sweep_wake.wait(), interval)
+            except TimeoutError:
+                pass
+            self._sweep_wake.clear()
+            try:
+                await self.recover_claims()
+            except Exception as e:  # noqa: BLE001
+                log.warning("recovery sweep failed (%s)", type(e).__name__)
+
+    def reconnected(self) -> None:
+        """The event stream came back after a disconnect: events may have been missed (drop
+        the cached conversation/settings records) and writes may have failed (sweep now)."""
+        self.side.clear()
+        self._sweep_wake.set()
+
+    # --- the run loop -------------------------------------------------------------------------
+
+    async def run(self, stop: asyncio.Event, *, ready: asyncio.Event | None = None) -> None:
+        """``gelbridge run`` for this one account: :meth:`gelbridge._bridge.Bridge.run`
+        around this worker (start-up lines, live source, backfill, sweeps, health and
+        metrics, ready, shutdown), the same orchestrator as for many accounts."""
+        from gelbridge._bridge import Bridge
+
+        await Bridge.around(self, sweep_interval=30.0).run(stop, ready=ready, out=self.out)
+
+    @property
+    def http(self) -> Any:
+        """The health/metrics server (``asyncio.Server``), once it listens; else None."""
+        w = getattr(self, "watched", None)
+        return getattr(w, "http", None)
+
+    async def wait_idle(self, timeout: float | None = None) -> bool:
+        return await self.scheduler.wait_idle(timeout)
+
+    async def aclose(self, grace: float | None = None) -> None:
+        """Stop watching; give running turns ``grace`` s (``[worker] shutdown_grace``)."""
+        await stop_tasks(self._tasks, [self.source] if self.source is not None else [])
+        self._tasks = []
+        if self.started:
+            g = self.settings.worker.shutdown_grace if grace is None else grace
+            await self.scheduler.shutdown(g)
+        if "registry" in self._owned and self.registry is not None:
+            await self.registry.aclose()
+        if "model" in self._owned and self.model is not None:
+            await self.model.aclose()
+        if "pds" in self._owned and self._pds is not None:
+            await self.pds.aclose()
+        if "store" in self._owned and self._store is not None:
+            self.store.close()
+        self._owned.clear()
+        self.started = False
+        if tracing.active():
+            await asyncio.to_thread(tracing.flush)  # bounded; off the loop: other accounts' turns go on
+

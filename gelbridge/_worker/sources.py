@@ -1,0 +1,403 @@
+"""Where events come from: the event-source contract, and the PDS firehose (default) and
+periodic listRecords (poll) sources; Jetstream's is :mod:`gelbridge._jetstream`.
+
+**The contract** (:class:`EventSource`): every source hands each record of ours to one
+:data:`RecordHandler` as an :class:`~gelbridge._ingest.IncomingRecord` (the one record
+event type; the library feed produces it too), and the handler returns once the record's
+effects are durable: the claim is written (on the PDS and in the state store) or it
+decided there is nothing to do. One cursor rule: a source's cursor passes a record only
+then. One failure policy (:func:`hand_over`): a failure that may pass
+(:func:`~gelbridge._errors.is_transient`) leaves the record to be tried again, each source
+its own way (the firehose in place, poll at the next poll, Jetstream by reconnecting
+from its cursor); any other failure is logged and the record skipped. Each source has
+``dids``, ``connected``, ``reconnects`` and ``last_event_at`` (for ``/readyz`` and
+``/metrics``) and tells ``on_reconnect`` when events may have been missed. Sources are
+built by name from ``[watch] source`` (``config.SOURCE_BUILDERS``): a new source is its
+module and a line of config.
+
+**Firehose cursor** (``[watch] source = "firehose"``): events may be handled
+concurrently (at most ``max_in_flight``; ``1`` handles them in seq order), so the saved
+cursor is a *low-water mark*: the highest ``seq`` such that every event up to it is done
+(:class:`CursorTracker`). A crash replays at most the events in flight, and replays are
+harmless (claims are create-only, the state store remembers them). Reconnects resume
+from the last seq *received* (earlier ones are still being handled in this process) with
+bounded exponential backoff, then tell ``on_reconnect`` (events may have been missed
+while down). ``FutureCursor`` (the PDS was reset) drops the cursor and, like
+``OutdatedCursor`` (events were lost) and ``#sync`` (a repo was reset), calls ``on_gap``
+(a backfill of the accounts concerned).
+
+**A handler failure** that may pass (:func:`~gelbridge._errors.is_transient`: the PDS or
+the state store unreachable) is retried: in place with backoff on the firehose (the
+cursor waits for it; stopping cancels the retry and a restart replays the event), at
+the next poll by the poll source. Any other failure is logged and the record skipped.
+
+**Poll** (``[watch] source = "poll"``): every ``poll_interval`` seconds list all message
+records and handle those whose ``(rkey, cid)`` was not handled before (state store
+``seen_events``). Meant for small repos or PDSes without a reachable firehose.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import time
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from contextlib import aclosing
+from dataclasses import dataclass
+from typing import Any, Literal, Protocol
+
+from gelbridge._backoff import backoff_delay
+from gelbridge._errors import FirehoseError, GelbridgeError, PdsError, is_transient
+from gelbridge._firehose import StreamMarker, subscribe_repos
+from gelbridge._ingest import IncomingRecord
+from gelbridge._records.constants import MESSAGE_COLLECTION
+
+log = logging.getLogger("gelbridge.worker.sources")
+
+#: Takes one record of ours; returns once its effects are durable.
+RecordHandler = Callable[[IncomingRecord], Awaitable[Any]]
+Handler = RecordHandler
+#: Events of ``did`` (None: of any repo on the subscription) may have been missed.
+GapHandler = Callable[[str | None], Awaitable[None]]
+
+
+@dataclass(frozen=True)
+class SourceHooks:
+    """What a source builder gets from the intake: ``gap(group)`` and
+    ``reconnected(group)`` make the callbacks that backfill, or tell, the workers of a
+    group of ``(label, worker)`` (events of theirs may have been missed)."""
+
+    gap: Callable[[Sequence[tuple[str, Any]]], GapHandler]
+    reconnected: Callable[[Sequence[tuple[str, Any]]], Callable[[], None]]
+    firehose_in_flight: int = 64
+
+
+#: Builds the sources of one ``[watch] source`` for started workers (by label):
+#: ``(watch, workers, store, handler, hooks) → [(name, source)]`` (``config.SOURCE_BUILDERS``).
+SourceBuilder = Callable[[Any, Mapping[str, Any], Any, RecordHandler, SourceHooks], list[tuple[str, "EventSource"]]]
+
+
+class EventSource(Protocol):
+    """What every ``[watch]`` source is (see the module docstring)."""
+
+    dids: frozenset[str]
+    connected: asyncio.Event
+    reconnects: int
+    last_event_at: float | None
+    #: follows events as they happen (start it before the backfill: no gap); False: it
+    #: reads the repo itself (poll), started after the backfill
+    live: bool
+
+    async def run(self) -> None:
+        """Follow the source until cancelled (reconnecting with backoff); never returns."""
+
+    async def drain(self, timeout: float) -> None:
+        """After cancelling :meth:`run`: let records in flight finish (bounded)."""
+
+
+Outcome = Literal["handled", "skipped", "later"]
+
+
+async def hand_over(handler: RecordHandler, rec: IncomingRecord) -> tuple[Outcome, Exception | None]:
+    """Give ``rec`` to ``handler`` under the one failure policy: ``handled``; ``skipped``
+    (it failed for good: logged, the cursor may pass it); or ``later`` with the error (it
+    may pass: the source must not pass the record, and tries it again its own way)."""
+    try:
+        await handler(rec)
+    except Exception as e:  # noqa: BLE001
+        if is_transient(e):
+            log.warning("record %s/%s could not be handled yet (%s); it is tried again",
+                        rec.collection, rec.rkey, type(e).__name__)
+            return "later", e
+        log.error("record %s/%s failed (%s); skipped", rec.collection, rec.rkey, type(e).__name__)
+        return "skipped", e
+    return "handled", None
+
+
+class CursorTracker:
+    """Low-water mark over seqs handled out of order.
+
+    ``begin(seq)`` when an event arrives (in seq order), ``done(seq)`` when its effects are
+    durable; :attr:`safe` is the highest seq with nothing at or below it still open.
+    """
+
+    def __init__(self, start: int | None) -> None:
+        self._open: dict[int, int] = {}
+        self.safe: int | None = start
+        self.highest: int | None = start
+
+    def begin(self, seq: int) -> None:
+        self._open[seq] = self._open.get(seq, 0) + 1
+        if self.highest is None or seq > self.highest:
+            self.highest = seq
+
+    def done(self, seq: int) -> int | None:
+        """Mark one event of ``seq`` done; returns the new safe cursor if it moved."""
+        n = self._open.get(seq, 0) - 1
+        if n > 0:
+            self._open[seq] = n
+            return None
+        self._open.pop(seq, None)
+        new = (min(self._open) - 1) if self._open else self.highest
+        if new is not None and (self.safe is None or new > self.safe):
+            self.safe = new
+            return new
+        return None
+
+    @property
+    def in_flight(self) -> int:
+        return sum(self._open.values())
+
+
+def firehose_cursor_key(pds_url: str, dids: str | Iterable[str]) -> str:
+    """The state-store key of the cursor of one subscription: its PDS and the DIDs it
+    carries (one DID: the key ``gelbridge run`` and ``gelbridge status`` use)."""
+    names = [dids] if isinstance(dids, str) else sorted(set(dids))
+    return f"firehose:{pds_url.rstrip('/')}:" + "+".join(names)
+
+
+class FirehoseSource:
+    """Subscribe (the repos of ``dids``), dispatch, save the cursor, reconnect with
+    backoff, until stopped."""
+
+    live = True
+
+    def __init__(
+        self,
+        pds_url: str,
+        dids: str | Iterable[str],
+        store: Any,
+        handler: Handler,
+        *,
+        on_gap: GapHandler | None = None,
+        on_reconnect: Callable[[], None] | None = None,
+        max_in_flight: int = 64,
+        backoff_base: float = 0.5,
+        backoff_cap: float = 30.0,
+        open_timeout: float = 10.0,
+    ) -> None:
+        self.pds_url = pds_url
+        self.dids = frozenset({dids} if isinstance(dids, str) else dids)
+        if not self.dids:
+            raise ValueError("a firehose source needs at least one DID")
+        self.store = store
+        self.handler = handler
+        self.on_gap = on_gap
+        self.on_reconnect = on_reconnect
+        self.key = firehose_cursor_key(pds_url, self.dids)
+        saved = store.get_cursor(self.key)
+        self.tracker = CursorTracker(saved if isinstance(saved, int) else None)
+        self._slots = asyncio.Semaphore(max_in_flight)
+        self._tasks: set[asyncio.Task[None]] = set()
+        self.backoff_base = backoff_base
+        self.backoff_cap = backoff_cap
+        self.open_timeout = open_timeout
+        self.connected = asyncio.Event()
+        self.reconnects = 0
+        self.last_event_at: float | None = None  # time.monotonic() of the last event
+        self.events = 0
+        self.retries = 0
+
+    @property
+    def cursor(self) -> int | None:
+        return self.tracker.safe
+
+    async def _handle(self, seq: int, rec: IncomingRecord) -> None:
+        """Handle one event; the cursor passes it only once that is done.
+
+        A transient failure (:func:`hand_over`: the PDS is down for the claim, say) is
+        retried in place with backoff, holding the cursor, until it goes through or the
+        source is stopped (then a restart replays it). Any other failure is logged and
+        the event skipped: one bad event never stops the stream.
+        """
+        finished = False
+        try:
+            for attempt in itertools.count(1):  # ends by success, skip, or cancellation (stop)
+                outcome, _ = await hand_over(self.handler, rec)
+                if outcome != "later":
+                    break
+                self.retries += 1
+                await asyncio.sleep(backoff_delay(attempt, base=self.backoff_base, cap=self.backoff_cap))
+            finished = True
+        finally:
+            self._slots.release()
+            if finished:  # cancelled (stop) while retrying: the cursor stays before it
+                self._moved(self.tracker.done(seq))
+
+    def _moved(self, moved: int | None) -> None:
+        """Save the cursor if the low-water mark moved."""
+        if moved is not None:
+            try:
+                self.store.set_cursor(self.key, moved)
+            except GelbridgeError as e:
+                log.error("cannot save the firehose cursor (%s)", type(e).__name__)
+
+    async def run(self) -> None:
+        failures = 0
+        while True:
+            cursor = self.tracker.highest
+            try:
+                async with aclosing(
+                    subscribe_repos(
+                        self.pds_url, cursor=cursor, did_filter=set(self.dids), markers=True,
+                        open_timeout=self.open_timeout,
+                    )
+                ) as stream:
+                    async for item in stream:
+                        if isinstance(item, StreamMarker):
+                            if item.kind == "#open":  # only now: a refused connect must not reset the backoff
+                                self.connected.set()
+                                if failures:
+                                    log.info("firehose reconnected (cursor %s)", cursor)
+                                failures = 0
+                                if self.reconnects:
+                                    self._reconnected()
+                            else:
+                                await self._marker(item)
+                            continue
+                        self.events += 1
+                        self.last_event_at = time.monotonic()
+                        await self._slots.acquire()
+                        self.tracker.begin(item.seq)
+                        t = asyncio.create_task(self._handle(item.seq, IncomingRecord.from_repo_event(item)))
+                        self._tasks.add(t)
+                        t.add_done_callback(self._tasks.discard)
+            except FirehoseError as e:
+                if e.error == "FutureCursor":
+                    log.warning("the PDS does not know cursor %s (was it reset?); starting from now", cursor)
+                    self.tracker = CursorTracker(None)
+                    await self._gap(None)
+                else:
+                    log.warning("firehose error: %s", e)
+            except PdsError as e:
+                log.warning("firehose disconnected (%s)", type(e).__name__)
+            except Exception as e:  # noqa: BLE001 - a bug in decoding must not end the watch for good
+                log.error("firehose stream failed unexpectedly (%s); reconnecting", type(e).__name__)
+            self.connected.clear()
+            failures += 1
+            self.reconnects += 1
+            delay = backoff_delay(failures, base=self.backoff_base, cap=self.backoff_cap)
+            log.info("firehose: reconnecting in %.1f s", delay)
+            await asyncio.sleep(delay)
+
+    async def _marker(self, m: StreamMarker) -> None:
+        if m.kind == "#info" and m.name == "OutdatedCursor":
+            await self._gap(None)
+        elif m.kind == "#sync":
+            log.warning("a repo was reset (#sync); running a backfill")
+            await self._gap(m.did)
+
+    async def _gap(self, did: str | None) -> None:
+        if self.on_gap is not None:
+            try:
+                await self.on_gap(did)
+            except Exception as e:  # noqa: BLE001
+                log.error("backfill after a firehose gap failed (%s)", type(e).__name__)
+
+    def _reconnected(self) -> None:
+        if self.on_reconnect is not None:
+            try:
+                self.on_reconnect()
+            except Exception as e:  # noqa: BLE001 - never ends the watch
+                log.error("reconnect hook failed (%s)", type(e).__name__)
+
+    async def drain(self, timeout: float) -> None:
+        """Wait (bounded) for events being handled; cancel those still retrying after
+        ``timeout`` (their events stay before the saved cursor: a restart replays them)."""
+        if self._tasks:
+            await asyncio.wait(set(self._tasks), timeout=timeout)
+        left = list(self._tasks)
+        for t in left:
+            t.cancel()
+        if left:
+            await asyncio.wait(left, timeout=timeout)
+
+
+class PollSource:
+    """List message records every ``interval`` seconds; handle new or changed ones."""
+
+    live = False
+
+    def __init__(self, pds: Any, did: str, store: Any, handler: Handler, *, interval: float = 5.0,
+                 on_reconnect: Callable[[], None] | None = None) -> None:
+        self.pds = pds
+        self.did = did
+        self.dids = frozenset({did})
+        self.store = store
+        self.handler = handler
+        self.interval = interval
+        self.on_reconnect = on_reconnect
+        self.polls = 0
+        self.connected = asyncio.Event()  # set while polls succeed
+        self.reconnects = 0  # polls that succeeded again after failing
+        self.last_event_at: float | None = None  # time.monotonic() of the last successful poll
+
+    async def drain(self, timeout: float) -> None:
+        """Nothing to wait for: a poll hands its records over one at a time, inside :meth:`run`."""
+
+    async def poll_once(self) -> int:
+        n = 0
+        async for r in self.pds.iter_records(MESSAGE_COLLECTION, page_size=100):
+            if self.store.was_seen(self.did, r.rkey, r.cid):
+                continue
+            rec = IncomingRecord(self.did, MESSAGE_COLLECTION, r.rkey, r.cid, r.value, action="update")
+            outcome, _ = await hand_over(self.handler, rec)
+            if outcome == "later":
+                continue  # not marked seen: the next poll tries it again
+            if outcome == "handled":
+                n += 1
+            self.store.mark_seen(self.did, r.rkey, r.cid)
+        self.polls += 1
+        return n
+
+    async def run(self) -> None:
+        failures = 0
+        while True:
+            try:
+                await self.poll_once()
+                self.last_event_at = time.monotonic()
+                self.connected.set()
+                if failures:
+                    self.reconnects += 1
+                    log.info("polling works again")
+                    if self.on_reconnect is not None:
+                        try:
+                            self.on_reconnect()
+                        except Exception as e:  # noqa: BLE001 - never ends the watch
+                            log.error("reconnect hook failed (%s)", type(e).__name__)
+                failures = 0
+                await asyncio.sleep(self.interval)
+            except PdsError as e:
+                self.connected.clear()
+                failures += 1
+                # No jitter: one poller per account, nothing to de-synchronise.
+                delay = backoff_delay(failures + 1, base=self.interval, cap=60.0, spread=(1.0, 1.0), max_doublings=4)
+                log.warning("poll failed (%s); retry in %.0f s", type(e).__name__, delay)
+                await asyncio.sleep(delay)
+
+
+# --- builders (config.SOURCE_BUILDERS) ----------------------------------------------------------
+
+
+def firehose_sources(watch: Any, workers: Mapping[str, Any], store: Any, handler: RecordHandler,
+                     hooks: SourceHooks) -> list[tuple[str, EventSource]]:
+    """One subscription per PDS host, carrying every account on it."""
+    hosts: dict[str, list[tuple[str, Any]]] = {}
+    for label, w in workers.items():
+        hosts.setdefault(w.pds.pds_url.rstrip("/"), []).append((label, w))
+    return [
+        (f"firehose-{host}", FirehoseSource(
+            host, [w.did for _, w in group], store, handler, on_gap=hooks.gap(group),
+            on_reconnect=hooks.reconnected(group), max_in_flight=hooks.firehose_in_flight,
+        ))
+        for host, group in hosts.items()
+    ]
+
+
+def poll_sources(watch: Any, workers: Mapping[str, Any], store: Any, handler: RecordHandler,
+                 hooks: SourceHooks) -> list[tuple[str, EventSource]]:
+    """One poller per account (its own store remembers what it saw)."""
+    return [(f"poll-{label}", PollSource(w.pds, w.did, w.store, handler, interval=watch.poll_interval,
+                                         on_reconnect=hooks.reconnected([(label, w)])))
+            for label, w in workers.items()]

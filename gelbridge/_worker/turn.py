@@ -1,0 +1,902 @@
+"""One turn: a claimed reply ``K.r{n}`` → thread → Lux IR → model (streaming) → tools
+loop → final write (PROTOCOL.md §3–§5).
+
+:func:`run_turn` never raises for a failure of the turn itself: whatever goes wrong after
+the claim ends in a final write with ``status: error`` and an ``error.kind`` (§4.6). It
+re-raises only ``asyncio.CancelledError`` (after writing ``cancelled`` for a superseded
+attempt or ``error``/``interrupted`` for a shutdown).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections import OrderedDict
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any, Protocol
+
+from gelbridge._config import Settings
+from gelbridge._errors import (
+    ClaimConflict,
+    ConfigError,
+    GelbridgeError,
+    KeyringError,
+    PdsError,
+    ProviderError,
+    RecordError,
+    SealingError,
+    StateError,
+    ThreadError,
+    is_refused_write,
+    where_it_failed,
+)
+from gelbridge._mapping import (
+    CallIds,
+    OpenedMessage,
+    OpenedRecordCache,
+    approval_answers,
+    build_request,
+    call_ids_in,
+    choose_turn,
+    map_finish_reason,
+    map_usage,
+    repeated_call_parts,
+    response_to_parts,
+    waiting_call_parts,
+    waiting_calls,
+    with_results,
+)
+from gelbridge._records.constants import (
+    CONVERSATION_COLLECTION,
+    SETTINGS_COLLECTION,
+    SETTINGS_RKEY,
+    STATUS_AWAITING_APPROVAL,
+    STATUS_CANCELLED,
+    STATUS_COMPLETE,
+    STATUS_ERROR,
+)
+from gelbridge._records.keys import AtUri, is_valid_rkey
+from gelbridge._records.models import (
+    BlobRef,
+    ConversationRecord,
+    FilePart,
+    ImagePart,
+    MessageRecord,
+    ModelRef,
+    Part,
+    PlainContent,
+    ReplyError,
+    SettingsRecord,
+    SourcePart,
+    ToolCallPart,
+    ToolResultPart,
+    Usage,
+)
+from gelbridge._sealing import content_of, open_blob, seal_blob
+from gelbridge._seams import ModelCaller, Repo
+from gelbridge._state import CallRef, StateStore, TurnTiming, claim_status
+from gelbridge._thread import previous_reply_rkey
+from gelbridge._tools import ToolCall, ToolRegistry, call_digest, execute_journaled, needs_approval, resolve_approvals
+from gelbridge._tools.approval import WaitingCall
+from gelbridge._tools.journal import INTERRUPTED_OUTPUT
+from gelbridge._worker.decide import Ask, error_message, reply_error_kind
+from gelbridge._worker.repo import RepoView, SideRecords, load_thread
+from gelbridge._worker.resume import DENIED_NOT_RUN, ResumePoint, resume_point
+from gelbridge._worker.timing import ReadClock, reading, start_reads, stop_reads
+from gelbridge._worker.writer import ReplyWriter, content_bytes, fit_parts, size_bound
+from gelbridge.lux import ConversionStatus, Diagnostic, LuxResponse, Options, StreamAccumulator
+
+log = logging.getLogger("gelbridge.worker.turn")
+
+MAX_PARTS = 1000
+
+NOT_MADE_HERE = ("The tool call was not run: it was not made by this gelbridge "
+                 "(the reply holding it was written or changed by someone else).")
+
+
+class CallAuthority(Protocol):
+    """What this gelbridge itself did with tool calls, on its own records (never the
+    client's word): calls are digests (``tools.approval.call_digest``), times epoch s."""
+
+    def made_here(self, reply_rkey: str) -> frozenset[str]:
+        """The calls this gelbridge wrote into ``reply_rkey``."""
+
+    def asked(self, reply_rkey: str) -> tuple[frozenset[str], float | None]:
+        """The calls ``reply_rkey`` asked approval for, and when it asked (None: it asked none)."""
+
+    def answered_at(self, reply_rkey: str) -> float | None:
+        """When the message that ``reply_rkey`` answers was first seen."""
+
+    def decided_at(self, reply_rkey: str) -> float | None:
+        """The moment the approvals of ``reply_rkey`` are judged (None: now)."""
+
+
+class ClaimAuthority:
+    """The worker's authority: its claims in the state store."""
+
+    def __init__(self, store: Any, did: str) -> None:
+        self.store, self.did = store, did
+
+    def made_here(self, reply_rkey: str) -> frozenset[str]:
+        claim = self.store.get_claim(self.did, reply_rkey)
+        return claim.calls if claim is not None else frozenset()
+
+    def asked(self, reply_rkey: str) -> tuple[frozenset[str], float | None]:
+        claim = self.store.get_claim(self.did, reply_rkey)
+        if claim is None or claim.waiting_at is None:
+            return frozenset(), None
+        return claim.calls, claim.waiting_at
+
+    def answered_at(self, reply_rkey: str) -> float | None:
+        claim = self.store.get_claim(self.did, reply_rkey)
+        return claim.created_at if claim is not None else None
+
+    def decided_at(self, reply_rkey: str) -> float | None:
+        return None  # the worker judges them as it sees them
+
+
+#: Runs tool calls for a turn: ``(calls, journal key id) → results by call id``.
+ToolRunner = Callable[["TurnDeps", "TurnJob", list[ToolCall], "str | None"], Awaitable[dict[str, ToolResultPart]]]
+
+
+@dataclass
+class TurnDeps:
+    """What every turn of one account shares."""
+
+    settings: Settings
+    pds: Repo
+    did: str
+    keyring: Mapping[str, bytes]
+    store: StateStore
+    view: RepoView
+    opened: OpenedRecordCache
+    model: ModelCaller
+    registry: ToolRegistry | None = None
+    side: SideRecords | None = None  # conversation/settings records, kept current by events
+    blob_cache: OrderedDict[str, bytes] = field(default_factory=OrderedDict)
+    metrics: Any = None  # gelbridge._observability.Metrics | None
+    label: str = ""  # the account's name in metrics
+    #: which calls this gelbridge made and asked about, and when (default: its claims)
+    authority: CallAuthority | None = None
+    #: runs approved and automatic calls (default: the registry, at most once via the journal)
+    tool_runner: ToolRunner | None = None
+    stream: bool = True  # stream the model's answer (progress updates)
+    check_provider: bool = True  # a model whose provider is not configured ends the turn (convert: no call made)
+
+    def calls(self) -> CallAuthority:
+        if self.authority is None:
+            self.authority = ClaimAuthority(self.store, self.did)
+        return self.authority
+
+
+@dataclass
+class TurnJob:
+    """A claimed reply waiting to be (or being) written."""
+
+    ask: Ask
+    writer: ReplyWriter
+    received_at: float  # time.monotonic() when the event arrived
+    resumed: bool = False
+    resume_from: tuple[str | None, dict[str, Any]] | None = None  # the stored unfinished reply (cid, value)
+    takeover: bool = False  # resume_from was left by another worker (its journal is not ours)
+    upload_ms: float = 0.0  # tool-output blob uploads (PDS writes outside the writer)
+    cancel_reason: str | None = None  # "superseded" | "shutdown" when cancelled
+    started_at: float | None = None
+
+
+@dataclass
+class TurnReport:
+    status: str
+    error_kind: str | None
+    timing: TurnTiming
+    steps: int
+    progress_writes: int = 0
+    points: int = 0  # PDS write points of the reply's writes, claim included
+    diagnostics: list[Diagnostic] = field(default_factory=list)  # of the turn and its last request
+
+
+@dataclass
+class TurnState:
+    """What a turn knows so far; every ending (complete, error, cancelled) is written from it."""
+
+    parts: list[Part] = field(default_factory=list)  # the reply's parts after the last finished step
+    steps: int = 0
+    model: ModelRef | None = None  # once chosen
+    effort: str | None = None
+    usage: Usage | None = None  # of the finished steps
+    finish: str | None = None  # the model's finish reason of the last step
+    partial: Callable[[], list[Part]] | None = None  # the parts with the step in flight
+    streaming: StreamAccumulator | None = None  # the step in flight (its usage is billed too)
+    diagnostics: list[Diagnostic] = field(default_factory=list)  # what was lost or changed on the way
+    request_diagnostics: list[Diagnostic] = field(default_factory=list)  # of building that request
+
+
+class _Stop(Exception):
+    """End the turn with a final status other than complete (e.g. awaitingApproval)."""
+
+
+class _Timer:
+    def __init__(self) -> None:
+        self.model_ms = 0.0
+        self.reads = ReadClock()
+
+
+def _now() -> datetime:
+    return datetime.now(UTC)
+
+
+def _ts(t: float | None) -> datetime | None:
+    return datetime.fromtimestamp(t, UTC) if t is not None else None
+
+
+# --- loading ------------------------------------------------------------------------------------
+
+
+async def _get_side_record(deps: TurnDeps, collection: str, rkey: str,
+                           cls: type[ConversationRecord] | type[SettingsRecord]) -> Any:
+    """A conversation/settings record, or None if missing or malformed (logged); from the
+    worker's event-fed cache when it has one (no PDS read per turn)."""
+    if deps.side is not None:
+        return await deps.side.get(collection, rkey)
+    with reading():
+        got = await deps.pds.get_record(collection, rkey)
+    if got is None:
+        return None
+    _cid, value = got
+    try:
+        return cls.from_value(value, uri=str(AtUri(deps.did, collection, rkey)))
+    except GelbridgeError as e:
+        log.warning("%s/%s is malformed (%s); ignoring it", collection, rkey, e.kind)
+        return None
+
+
+async def _previous_reply(deps: TurnDeps, message_rkey: str, message: MessageRecord) -> MessageRecord | None:
+    rk = previous_reply_rkey(message_rkey, message)
+    if rk is None:
+        return None
+    entry = await deps.view.get(rk)
+    if entry is None:
+        return None
+    cid, value = entry
+    try:
+        return deps.opened.record(deps.view.uri(rk), cid, value)
+    except GelbridgeError:
+        return None
+
+
+async def _blobs_for(deps: TurnDeps, opened: list[OpenedMessage], keys: dict[str, str | None]) -> dict[str, bytes]:
+    """Opened bytes of every image/file blob in the thread's user messages (best effort)."""
+    wanted: list[tuple[str, str]] = []
+    for m in opened:
+        kid = keys.get(m.rkey)
+        if kid is None:
+            continue
+        for p in m.content.parts:
+            if isinstance(p, ImagePart):
+                wanted.append((p.image.ref, kid))
+            elif isinstance(p, FilePart) and p.extracted is not None:
+                wanted.append((p.extracted.text.ref, kid))
+    out: dict[str, bytes] = {}
+    for cid, kid in wanted:
+        if cid in deps.blob_cache:
+            out[cid] = deps.blob_cache[cid]
+            continue
+        try:
+            with reading():
+                body = await deps.pds.get_blob(deps.did, cid)
+            data = open_blob(body, key_id=kid, keyring=deps.keyring)
+        except (GelbridgeError, KeyError) as e:
+            log.info("a blob of the thread is not available (%s)", type(e).__name__)  # its ref is sealed
+            continue
+        out[cid] = data
+        deps.blob_cache[cid] = data
+        while len(deps.blob_cache) > 64:
+            deps.blob_cache.popitem(last=False)
+    return out
+
+
+# --- tools ---------------------------------------------------------------------------------------
+
+
+def _journal_key(deps: TurnDeps, key_id: str | None) -> str | None:
+    if key_id is not None and key_id in deps.keyring:
+        return key_id
+    return next(iter(sorted(deps.keyring)), None)
+
+
+async def _run_tools(
+    deps: TurnDeps, job: TurnJob, calls: list[ToolCall], journal_key: str | None
+) -> dict[str, ToolResultPart]:
+    """Run calls at most once (journal); long output goes into a sealed blob."""
+    if not calls:
+        return {}
+    if deps.tool_runner is not None:
+        return await deps.tool_runner(deps, job, calls, journal_key)
+    ts = deps.settings.tools_settings
+    if deps.registry is None or journal_key is None:
+        return {
+            c.call_id: ToolResultPart(call_id=c.call_id, output="not run: tools are not available here", is_error=True)
+            for c in calls
+        }
+
+    def seal(data: bytes) -> tuple[bytes, str]:
+        return seal_blob(data, key_id=journal_key, keyring=deps.keyring), journal_key
+
+    def open_(data: bytes, kid: str) -> bytes:
+        return open_blob(data, key_id=kid, keyring=deps.keyring)
+
+    outcomes = await execute_journaled(
+        calls, deps.registry, deps.store, account=deps.did, conversation=job.ask.conversation,
+        reply_rkey=job.ask.reply_rkey,
+        seal=seal, open_=open_, timeout=ts.call_timeout, max_output_chars=ts.max_output_chars,
+    )
+    results: dict[str, ToolResultPart] = {}
+    for o in outcomes:
+        if deps.metrics is not None:
+            deps.metrics.tool_outcome(deps.label, o.is_error)
+        blob: BlobRef | None = None
+        key_id = job.ask.key_id
+        if o.long_output is not None and key_id is not None and key_id in deps.keyring:
+            data = o.long_output.encode("utf-8")
+            try:
+                sealed_output = seal_blob(data, key_id=key_id, keyring=deps.keyring)
+                t0 = time.perf_counter()
+                try:
+                    ref = await deps.pds.upload_blob(sealed_output)
+                finally:
+                    job.upload_ms += (time.perf_counter() - t0) * 1000
+                uploaded = BlobRef.from_value(ref)
+                job.writer.add_blob(uploaded)
+                blob = BlobRef.of(uploaded.ref, "text/plain", len(data))
+            except GelbridgeError as e:
+                log.warning("reply %s: a tool output blob was not uploaded (%s)", job.ask.reply_rkey, e.kind)
+        results[o.call_id] = ToolResultPart(call_id=o.call_id, output=o.output, is_error=o.is_error, output_blob=blob)
+    return results
+
+
+# --- resuming after a crash ------------------------------------------------------------------------
+
+
+def _stored_resume_point(deps: TurnDeps, job: TurnJob) -> ResumePoint | None:
+    """The resume point of the unfinished reply this turn took over (None: start afresh)."""
+    if not job.resumed or job.resume_from is None or not job.writer.can_write_parts:
+        return None
+    cid, value = job.resume_from
+    uri = deps.view.uri(job.ask.reply_rkey)
+    try:
+        record = deps.opened.record(uri, cid, value)
+        content = deps.opened.content(uri, cid, record, keyring=deps.keyring)
+    except (GelbridgeError, KeyError, ValueError) as e:
+        log.warning("reply %s: its stored content cannot be read (%s); writing it again from scratch",
+                    job.ask.reply_rkey, type(e).__name__)
+        return None
+    return resume_point(content.parts)
+
+
+def _cut_calls(parts: list[Part]) -> list[Part]:
+    """The parts of a model step still streaming, up to its first tool call: a progress
+    write never names a call before the step is complete (``worker.resume``)."""
+    for i, p in enumerate(parts):
+        if type(p) is ToolCallPart or type(p) is ToolResultPart:
+            return parts[:i]
+    return parts
+
+
+def _digest(c: ToolCallPart | ToolCall | WaitingCall) -> str:
+    return call_digest(c.call_id, c.tool, c.input)
+
+
+def _made_here(deps: TurnDeps, job: TurnJob) -> frozenset[str]:
+    """Digests of the calls this worker wrote into the reply of ``job`` (its claim)."""
+    return deps.calls().made_here(job.ask.reply_rkey)
+
+
+async def _resume_calls(
+    deps: TurnDeps, job: TurnJob, point: ResumePoint, journal_key: str | None
+) -> tuple[list[Part], bool]:
+    """Answer the calls of a resumed reply that have no result yet (at most once).
+    Returns the parts and whether calls this worker asked about still wait for approval.
+
+    Only calls this worker wrote there (its claim) or began (its journal) are answered
+    through the journal; any other call in the stored reply was written by someone else
+    and never runs: after a takeover it is reported interrupted (its worker may have run
+    it), otherwise as not made by gelbridge."""
+    results: dict[str, ToolResultPart] = {}
+    made = _made_here(deps, job)
+
+    def ours(c: ToolCallPart) -> bool:
+        return _digest(c) in made or deps.store.get_tool_call(
+            CallRef(deps.did, job.ask.conversation, c.call_id)) is not None
+
+    foreign = [c for c in (*point.to_run, *point.pending) if not ours(c)]
+    if foreign:
+        log.warning("reply %s: %d tool call(s) in the stored reply were not written by this gelbridge; "
+                    "not running them", job.ask.reply_rkey, len(foreign))
+    for c in foreign:
+        output = INTERRUPTED_OUTPUT if job.takeover else NOT_MADE_HERE
+        results[c.call_id] = ToolResultPart(call_id=c.call_id, output=output, is_error=True)
+    calls = [ToolCall(c.call_id, c.tool, c.input, approved=(c.approval == "approved"))
+             for c in point.to_run if c.call_id not in results]
+    results.update(await _run_tools(deps, job, calls, journal_key))
+    for c in point.denied:
+        results[c.call_id] = ToolResultPart(call_id=c.call_id, output=DENIED_NOT_RUN, is_error=True)
+    still_waiting = any(c.call_id not in results for c in point.pending)
+    return with_results(point.parts, results), still_waiting
+
+
+def _waiting_asked_here(
+    deps: TurnDeps, job: TurnJob, parent_rkey: str, waiting: list[WaitingCall]
+) -> tuple[list[WaitingCall], float | None]:
+    """The waiting calls of the parent reply that this worker itself asked approval for,
+    and when it asked (its own clock). Any other call there (a reply written or changed
+    by an app, or by a gelbridge with other state) runs nothing: it is left out and
+    logged, and the answers naming it are ignored."""
+    if not waiting:
+        return [], None
+    asked, asked_at = deps.calls().asked(parent_rkey)
+    ours = [c for c in waiting if _digest(c) in asked]
+    if len(ours) < len(waiting):
+        log.warning("reply %s: %d waiting call(s) in %s were not asked by this gelbridge; ignoring them",
+                    job.ask.reply_rkey, len(waiting) - len(ours), parent_rkey)
+    return ours, asked_at
+
+
+# --- the turn -------------------------------------------------------------------------------------
+
+
+async def answer(deps: TurnDeps, job: TurnJob, state: TurnState, timer: _Timer) -> str:
+    """Everything after the claim up to (not including) the final write. Returns the status."""
+    ask = job.ask
+    settings = deps.settings
+    if ask.key_id is None and not settings.replies.allow_plain:
+        err = GelbridgeError("this gelbridge answers sealed messages only ([replies] allow_plain = false): "
+                             "the app must send the message as encryptedContent")
+        err.kind = "bad_record"
+        raise err
+    thread, cids = await load_thread(deps.view, ask.message_rkey, deps.opened, max_depth=settings.thread.max_depth)
+    message = thread.message.record
+    conv_task = (
+        asyncio.create_task(_get_side_record(deps, CONVERSATION_COLLECTION, thread.conversation, ConversationRecord))
+        if is_valid_rkey(thread.conversation) else None
+    )
+    settings_task = asyncio.create_task(_get_side_record(deps, SETTINGS_COLLECTION, SETTINGS_RKEY, SettingsRecord))
+    try:
+        previous = await _previous_reply(deps, ask.message_rkey, message)
+        conversation = await conv_task if conv_task is not None else None
+        settings_rec = await settings_task
+    finally:
+        for t in (conv_task, settings_task):
+            if t is not None and not t.done():
+                t.cancel()
+
+    # open the chain (plaintext stays in memory)
+    opened: list[OpenedMessage] = []
+    key_ids: dict[str, str | None] = {}
+    for e in thread.entries:
+        uri = deps.view.uri(e.rkey)
+        content = deps.opened.content(uri, cids.get(e.rkey), e.record, keyring=deps.keyring)
+        opened.append(OpenedMessage(e.rkey, e.record, content))
+        key_ids[e.rkey] = getattr(e.record.content, "key_id", None)
+    conv_instructions: PlainContent | None = None
+    if conversation is not None and conversation.instructions is not None:
+        conv_instructions = content_of(
+            conversation.instructions,
+            uri=AtUri(deps.did, CONVERSATION_COLLECTION, thread.conversation),
+            keyring=deps.keyring,
+        )
+
+    choice = choose_turn(message, previous_reply=previous, conversation=conversation,
+                         settings_record=settings_rec, defaults=settings.defaults)
+    if choice.model is None:
+        raise GelbridgeError("no model chosen: the message, conversation and settings name none and "
+                             "the operator set no [defaults] model")
+    provider, model_id = choice.model.provider, choice.model.id
+    if deps.check_provider and provider not in settings.providers:
+        err = GelbridgeError(f"model provider {provider!r} is not configured on this gelbridge")
+        err.kind = "invalid_request"
+        raise err
+    state.model = ModelRef(provider=provider, id=model_id)
+    state.effort = choice.effort
+
+    registry = deps.registry
+    tools: list[Any] = []
+    if registry is not None and choice.tools:
+        tools, unknown = registry.select(choice.tools)
+        if unknown:
+            log.info("reply %s: %d requested tool(s) not offered here", ask.reply_rkey, len(unknown))
+            state.diagnostics += [Diagnostic(f"tools.{name}", ConversionStatus.UNSUPPORTED, "tool not offered here")
+                                  for name in unknown]
+
+    offered = {t.name for t in tools}
+
+    def approval_needed(name: str) -> bool:
+        # a tool not offered in this turn never runs on the model's say-so alone
+        return True if registry is None or name not in offered else needs_approval(name, registry)
+
+    sources = {t.name: t.source for t in tools}
+    journal_key = _journal_key(deps, ask.key_id)
+    blobs = await _blobs_for(deps, opened, key_ids)
+    history_ids: set[str] = set()
+    for m in opened:
+        history_ids |= call_ids_in(m.content.parts)
+
+    # a reply resumed after a crash that already holds tool calls continues from them
+    point = _stored_resume_point(deps, job)
+    parts: list[Part] = []
+    steps_done = 0
+    if point is not None:
+        log.info("reply %s: resuming after %d tool step(s) (%d call(s) without a result)",
+                 ask.reply_rkey, point.steps, len(point.to_run) + len(point.denied))
+        parts, still_waiting = await _resume_calls(deps, job, point, journal_key)
+        steps_done = point.steps
+        state.parts = parts
+        if still_waiting:
+            return STATUS_AWAITING_APPROVAL
+
+    # approval answers (§5): the reply starts with the waiting calls, decided and answered
+    parent = thread.parent_reply
+    answers = approval_answers(opened[-1].content.parts)
+    ignored = list(answers) if point is None else []  # unless a waiting call takes them
+    if parent is not None and point is None:
+        parent_parts = opened[-2].content.parts
+        waiting, asked_at = _waiting_asked_here(deps, job, parent.rkey, waiting_calls(parent_parts))
+        if waiting:
+            outcome = resolve_approvals(
+                waiting, answers,
+                answered_at=_ts(deps.calls().answered_at(ask.reply_rkey)) or _now(),
+                asked_at=_ts(asked_at), now=_ts(deps.calls().decided_at(ask.reply_rkey)) or _now(),
+                ttl=settings.tools_settings.approval_ttl,
+            )
+            ignored = [i.answer for i in outcome.ignored if i.why == "not_waiting"]
+            approved = [ToolCall(c.call_id, c.tool, c.input, approved=True) for c in outcome.approved]
+            if approved:  # this reply now holds them: a resumed turn may answer them
+                deps.store.add_calls(deps.did, ask.reply_rkey, [_digest(c) for c in approved])
+            results = await _run_tools(deps, job, approved, journal_key)
+            parts = repeated_call_parts(outcome, results, parent_parts=parent_parts)
+    if ignored:  # count only: the call ids come from sealed content
+        log.warning("reply %s: ignored %d approval answer(s) for calls not waiting in the parent",
+                    ask.reply_rkey, len(ignored))
+        state.diagnostics.append(Diagnostic(f"{ask.message_rkey}.approval", ConversionStatus.DEGRADED,
+                                            f"{len(ignored)} answer(s) for calls not waiting in the parent ignored"))
+
+    call_ids = CallIds(ask.reply_rkey, history_ids | call_ids_in(parts))
+    seen_urls: set[str] = {p.url for p in parts if type(p) is SourcePart}
+    d = settings.defaults
+    options = Options(stream=deps.stream, max_output_tokens=d.max_output_tokens, temperature=d.temperature)
+    max_steps = max(1, settings.tools_settings.max_steps)
+    tool_specs = [t.spec() for t in tools]
+    usage_total: list[Usage] = []
+
+    for step in range(min(steps_done, max_steps), max_steps + 1):
+        state.steps = step + 1
+        conv = build_request(
+            opened, provider=provider, model=model_id, choice=choice, instructions=d.instructions,
+            conversation_instructions=conv_instructions,
+            tool_specs=tool_specs if step < max_steps else (),
+            options=options, blobs=blobs, reply_prefix=parts,
+        )
+        acc = StreamAccumulator(provider=provider, model=model_id)
+        prefix = list(parts)
+        budget = job.writer.content_budget
+        size = _StreamSize(min(size_bound(prefix), budget), budget)
+
+        def partial_parts(acc: StreamAccumulator = acc, prefix: list[Part] = prefix) -> list[Part]:
+            draft = response_to_parts(
+                acc.result(), provider=provider, model=model_id, needs_approval=approval_needed,
+                call_ids=CallIds(ask.reply_rkey, call_ids.used), sources=sources,
+                seen_urls=set(seen_urls), max_parts=max(0, MAX_PARTS - len(prefix)),
+            )
+            return prefix + _cut_calls(draft.parts)
+
+        def on_event(ev: Any, acc: StreamAccumulator = acc, size: _StreamSize = size,
+                     partial_parts: Callable[[], list[Part]] = partial_parts) -> None:
+            acc.feed(ev)
+            if size.grew(ev) and content_bytes(partial_parts()) > size.budget:
+                raise _ReplyFull  # stop reading: the rest could not be written anyway
+            job.writer.maybe_progress(partial_parts)
+
+        state.partial = partial_parts
+        state.streaming = acc
+        state.request_diagnostics = list(conv.diagnostics)
+        t0 = time.perf_counter()
+        try:
+            result = await deps.model.complete(conv.value, provider=provider, stream=deps.stream,
+                                               on_event=on_event if deps.stream else None)
+            response: LuxResponse = result.response
+            state.diagnostics += result.diagnostics
+            full = False
+        except _ReplyFull:
+            response, full = acc.result(), True
+        except GelbridgeError as e:  # what the failed call lost on the way (gelbridge reply prints it)
+            state.diagnostics += e.diagnostics
+            raise
+        finally:
+            timer.model_ms += (time.perf_counter() - t0) * 1000
+        state.streaming = None  # kept on failure: its usage is billed (run_turn)
+        draft = response_to_parts(
+            response, provider=provider, model=model_id, needs_approval=approval_needed,
+            call_ids=call_ids, sources=sources, seen_urls=seen_urls,
+            max_parts=max(0, MAX_PARTS - len(parts)),
+        )
+        if draft.usage is not None:
+            usage_total.append(draft.usage)
+        state.usage = _sum_usage(usage_total) if usage_total else None
+        step_parts = _cut_calls(draft.parts) if full else draft.parts  # a cut step runs no call
+        fitted, cut = fit_parts(parts + step_parts, budget)
+        state.partial = None
+        state.parts = parts = fitted
+        state.finish = draft.finish_reason
+        if full or cut:
+            log.warning("reply %s: the answer outgrew one record (%d bytes of content allowed); cut there, "
+                        "finishReason length", ask.reply_rkey, budget)
+            state.finish = "length"
+            return STATUS_COMPLETE
+        runnable = [ToolCall(c.call_id, c.tool, c.input) for c in draft.runnable_calls]
+        if runnable:
+            if job.writer.can_write_parts:  # durable before any call begins (worker.resume)
+                deps.store.add_calls(deps.did, ask.reply_rkey,
+                                     [_digest(p) for p in draft.parts if type(p) is ToolCallPart])
+                await job.writer.checkpoint(parts)
+            results = await _run_tools(deps, job, runnable, journal_key)
+            parts, cut = fit_parts(with_results(parts, results), budget)
+            state.parts = parts
+            if cut:  # tool results outgrew the record: no further step could be written
+                log.warning("reply %s: tool results outgrew one record; cut there, finishReason length",
+                            ask.reply_rkey)
+                state.finish = "length"
+                return STATUS_COMPLETE
+        if draft.awaiting_approval:
+            return STATUS_AWAITING_APPROVAL
+        if not runnable:
+            return STATUS_COMPLETE
+        if len(parts) >= MAX_PARTS:
+            return STATUS_COMPLETE
+    return STATUS_COMPLETE
+
+
+class _ReplyFull(Exception):
+    """The streamed answer no longer fits one record: stop reading the stream."""
+
+
+class _StreamSize:
+    """When to measure a streaming reply against its size budget: the characters
+    streamed are counted cheaply per event, and the parts are measured exactly (JSON)
+    only once that count passes half the budget, then after every further sixteenth."""
+
+    __slots__ = ("seen", "budget", "next_check", "step")
+
+    def __init__(self, start: int, budget: int) -> None:
+        self.seen = start
+        self.budget = budget
+        self.step = max(4096, budget // 16)
+        self.next_check = budget // 2
+
+    def grew(self, ev: Any) -> bool:
+        """Count ``ev``'s delta; True when a measurement is due."""
+        d = getattr(ev, "delta", None)
+        if d is None:
+            return False
+        n = len(getattr(d, "text", None) or getattr(d, "arguments", None) or getattr(d, "signature", None) or "")
+        self.seen += n * 2 if n else 64  # JSON escapes and UTF-8 may double a character's size
+        if self.seen < self.next_check:
+            return False
+        self.next_check = self.seen + self.step
+        return True
+
+
+def _sum_usage(us: list[Usage]) -> Usage:
+    def s(name: str) -> int | None:
+        vals = [getattr(u, name) for u in us if getattr(u, name) is not None]
+        return sum(vals) if vals else None
+
+    return Usage(input_tokens=s("input_tokens"), output_tokens=s("output_tokens"), reasoning_tokens=s("reasoning_tokens"))
+
+
+#: Errors whose message is ours and names only record keys, URIs, keyIds and settings:
+#: it may go into the unsealed ``error.message``. Any other error gets the generic text.
+_SAFE_DETAIL = (RecordError, ThreadError, SealingError, ConfigError, KeyringError)
+
+
+def _error_of(e: BaseException) -> tuple[str, str]:
+    """``(kind, message)`` for a reply's error field; never user content (no provider
+    body, no call id, no tool or script text)."""
+    kind = reply_error_kind(getattr(e, "kind", None) if isinstance(e, GelbridgeError) else None)
+    if isinstance(e, ProviderError):
+        return kind, error_message(kind, status=e.status)
+    if isinstance(e, _SAFE_DETAIL) or type(e) is GelbridgeError:  # bare GelbridgeError: raised in this module
+        return kind, error_message(kind, detail=str(e))
+    if isinstance(e, PdsError):
+        return kind, error_message(kind, detail="the PDS failed while gelbridge answered; see the gelbridge log")
+    if isinstance(e, StateError):
+        return kind, error_message(kind, detail="gelbridge's state store failed; see the gelbridge log")
+    if isinstance(e, GelbridgeError):
+        return kind, error_message(kind)
+    return "server_error", error_message("server_error", detail=f"internal error ({type(e).__name__}); see the gelbridge log")
+
+
+async def run_turn(deps: TurnDeps, job: TurnJob) -> TurnReport:
+    """Answer one claimed reply and write its final state."""
+    start = time.monotonic()
+    job.started_at = start
+    queue_ms = max(0.0, (start - job.received_at) * 1000)
+    timer = _Timer()
+    state = TurnState()
+    status = STATUS_ERROR
+    error_kind: str | None = None
+    writer = job.writer
+    cancelled: asyncio.CancelledError | None = None
+
+    def current_parts() -> list[Part]:
+        partial = state.partial
+        if partial is not None:
+            try:
+                return partial()
+            except Exception:  # noqa: BLE001 - best effort: keep what is certain
+                pass
+        return list(state.parts or [])
+
+    def usage_so_far() -> Usage | None:
+        """The usage of the finished steps plus what the step in flight reported."""
+        steps = [u for u in (state.usage,) if u is not None]
+        acc = state.streaming
+        if acc is not None:
+            try:
+                live = map_usage(acc.result().usage)
+            except Exception:  # noqa: BLE001 - best effort
+                live = None
+            if live is not None:
+                steps.append(live)
+        return _sum_usage(steps) if steps else None
+
+    error: ReplyError | None = None
+    reads_token = start_reads(timer.reads)
+    deadline = deps.settings.worker.turn_deadline
+    turn_clock = asyncio.timeout(deadline)
+    try:
+        async with turn_clock:
+            status = await answer(deps, job, state, timer)
+        parts = list(state.parts)
+    except asyncio.CancelledError as e:
+        cancelled = e
+        parts = current_parts()
+        if job.cancel_reason == "superseded":
+            status = STATUS_CANCELLED
+        else:
+            status, error_kind = STATUS_ERROR, "interrupted"
+            error = ReplyError(kind="interrupted", message=error_message("interrupted"))
+    except ClaimConflict:
+        stop_reads(reads_token)
+        log.warning("reply %s was taken over by someone else; dropping this turn", job.ask.reply_rkey)
+        deps.store.update_claim_status(deps.did, job.ask.reply_rkey, "cancelled", "claim_lost")
+        return TurnReport("lost", "claim_lost", _timing(deps, job, "lost", queue_ms, start, timer), state.steps,
+                          writer.progress_writes, writer.points)
+    except Exception as e:  # noqa: BLE001 - every failure after the claim becomes an error reply
+        parts = current_parts()
+        if isinstance(e, TimeoutError) and turn_clock.expired():
+            error_kind, msg = "timeout", error_message("timeout", detail=(
+                f"the reply took longer than gelbridge's turn deadline ({deadline:g} s, [worker] turn_deadline)"))
+        else:
+            error_kind, msg = _error_of(e)
+        status = STATUS_ERROR
+        error = ReplyError(kind=error_kind, message=msg)
+        log.warning("reply %s failed: %s (%s)", job.ask.reply_rkey, error_kind, type(e).__name__)
+        if not isinstance(e, GelbridgeError):
+            log.info("reply %s: %s", job.ask.reply_rkey, where_it_failed(e))
+    stop_reads(reads_token)
+
+    # every ending says what is known: the model (once chosen), the effort applied, the
+    # usage billed so far, and a finish reason ("error" for an error)
+    usage = usage_so_far()
+    finish = "error" if status == STATUS_ERROR else map_finish_reason(state.finish)
+    try:
+        if not writer.can_write_parts:
+            parts = []
+        parts, cut = fit_parts(parts, writer.content_budget)
+        if cut and status == STATUS_COMPLETE:
+            finish = "length"
+        if status == STATUS_AWAITING_APPROVAL:  # before the write: only these may run on approval
+            deps.store.add_calls(deps.did, job.ask.reply_rkey,
+                                 [_digest(p) for p in waiting_call_parts(parts)], waiting=True)
+        final = writer.final(
+            parts,
+            status=status,
+            model=state.model,
+            effort=state.effort,
+            usage=usage,
+            finish_reason=finish,
+            error=error,
+        )
+        if cancelled is not None:
+            await asyncio.wait_for(asyncio.shield(asyncio.ensure_future(final)), timeout=15)
+        else:
+            await final
+        deps.store.update_claim_status(deps.did, job.ask.reply_rkey, claim_status(status), error_kind)
+    except ClaimConflict:
+        # Someone else changed the reply since our last write: it is theirs now. Mark the
+        # claim lost so recovery does not keep retrying a reply that is no longer ours.
+        log.warning("reply %s was taken over by someone else before the final write", job.ask.reply_rkey)
+        deps.store.update_claim_status(deps.did, job.ask.reply_rkey, "cancelled", "claim_lost")
+        error_kind = "claim_lost"
+        status = "lost"
+    except Exception as e:  # noqa: BLE001 - the final write failed
+        if is_refused_write(e):  # never retried: the model is not asked again either
+            log.error("final write of %s was refused (%s); writing a minimal error reply instead",
+                      job.ask.reply_rkey, type(e).__name__)
+            status, error_kind = await write_refused_reply(deps, writer, job.ask.reply_rkey, model=state.model,
+                                                          effort=state.effort, usage=usage)
+        else:  # leave the claim unfinished: recovery finishes it
+            log.error("final write of %s failed (%s); it stays claimed and is finished on restart",
+                      job.ask.reply_rkey, type(e).__name__)
+            error_kind = "write_failed"
+            status = "unfinished"
+    if error_kind is not None:
+        try:
+            deps.store.record_error(_label(error_kind), account=deps.did, record_key=job.ask.reply_rkey, where="turn")
+        except Exception:  # noqa: BLE001
+            pass
+    timing = _timing(deps, job, status, queue_ms, start, timer)
+    if cancelled is not None:
+        raise cancelled
+    return TurnReport(status, error_kind, timing, state.steps, writer.progress_writes, writer.points,
+                      state.diagnostics + state.request_diagnostics)
+
+
+WRITE_REFUSED = "write_refused"
+REFUSED_MESSAGE = ("the reply could not be stored: the PDS refused it (too large or not a valid record); "
+                   "ask again")
+
+
+async def write_refused_reply(
+    deps: TurnDeps, writer: ReplyWriter, reply_rkey: str, *, model: ModelRef | None = None,
+    effort: str | None = None, usage: Usage | None = None,
+) -> tuple[str, str]:
+    """After the PDS refused a reply's final write for good: write a minimal error reply
+    (no content). If even that fails, the claim is marked ``write_refused`` (still
+    unfinished), so the recovery sweep retries this minimal write, never the turn (no
+    second model call). Returns ``(status, error_kind)`` for the report."""
+    try:
+        await writer.final([], status=STATUS_ERROR, model=model, effort=effort, usage=usage, finish_reason="error",
+                           error=ReplyError(kind="server_error", message=error_message("server_error",
+                                                                                      detail=REFUSED_MESSAGE)))
+    except ClaimConflict:
+        deps.store.update_claim_status(deps.did, reply_rkey, "cancelled", "claim_lost")
+        return "lost", "claim_lost"
+    except Exception as e:  # noqa: BLE001
+        log.error("minimal error reply for %s not written either (%s); the sweep retries it", reply_rkey,
+                  type(e).__name__)
+        deps.store.update_claim_status(deps.did, reply_rkey, "pending", WRITE_REFUSED)
+        return "unfinished", WRITE_REFUSED
+    deps.store.update_claim_status(deps.did, reply_rkey, STATUS_ERROR, WRITE_REFUSED)
+    return STATUS_ERROR, WRITE_REFUSED
+
+
+def _label(s: str) -> str:
+    out = "".join(c if c.isalnum() or c in "_-.:" else "_" for c in s)[:64]
+    return out or "unknown"
+
+
+def _timing(deps: TurnDeps, job: TurnJob, status: str, queue_ms: float, start: float, timer: _Timer) -> TurnTiming:
+    total_ms = (time.monotonic() - start) * 1000
+    write_ms = job.writer.write_ms + job.upload_ms
+    read_ms = timer.reads.ms
+    bridge_ms = max(0.0, total_ms - timer.model_ms - write_ms - read_ms)
+    t = TurnTiming(
+        reply_rkey=job.ask.reply_rkey, account=deps.did, status=_label(status), queue_ms=queue_ms,
+        bridge_ms=bridge_ms, model_ms=timer.model_ms, write_ms=write_ms, read_ms=read_ms,
+        points=job.writer.points,
+    )
+    try:
+        deps.store.record_turn(t)
+        budget = getattr(deps.pds, "budget", None)
+        if budget is not None and budget.remaining is not None:
+            deps.store.save_write_budget(deps.did, budget.limit, budget.remaining, budget.reset_at)
+    except Exception:  # noqa: BLE001
+        pass
+    log.info(
+        "turn %s %s queue=%.0fms read=%.0fms bridge=%.0fms model=%.0fms write=%.0fms",
+        job.ask.reply_rkey, status, t.queue_ms, read_ms, t.bridge_ms, t.model_ms, t.write_ms,
+    )
+    return t

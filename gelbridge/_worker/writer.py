@@ -1,0 +1,390 @@
+"""Sealed writes of one reply record ``K.r{n}``: the claim, throttled progress, the final write.
+
+- **claim**: create-only ``putRecord`` (``swapRecord: null``), status ``pending``,
+  sealed empty content (PROTOCOL.md §4.2);
+- **progress**: status ``streaming`` with the parts so far, at most every
+  ``update_interval`` seconds and only when the parts changed (a PDS spends write
+  budget on each update: §4.4). Never per token. ``update_interval = 0`` turns progress
+  writes off (claim + final write only);
+- **checkpoint**: a ``streaming`` write *now*, whatever the throttle says, before the
+  turn runs the auto-run tool calls of a model step: the stored reply then names every
+  call that may be running, so a restart resumes from it (``worker.resume``) instead of
+  asking the model again (which could run a tool twice). One update per tool step, also
+  with ``update_interval = 0``;
+- **final**: sealed parts, model, effort, usage, finishReason, status, error,
+  updatedAt.
+
+**Size.** Every write must fit one PDS request (the reference PDS takes 150 KiB of JSON;
+``[replies] max_write_bytes``). :attr:`ReplyWriter.content_budget` is how many bytes of
+content JSON that leaves once sealed (base64 grows it by a third); :func:`fit_parts`
+cuts a list of parts to it (the turn then ends with ``finishReason: "length"``); a
+progress write is cut the same way.
+
+Every write after the claim swaps on the CID this writer last wrote, so a reply that
+someone else changed (another worker took it over, the app deleted it) is never
+overwritten: the write raises :class:`~gelbridge._errors.ClaimConflict` and the turn
+stops. Content is sealed with the user message's keyId; a message the app sent as
+``plainContent`` (no keyId, PROTOCOL.md §1) gets a plain reply; when the keyId is not in
+the keyring (an error reply for an undecryptable message) the content is an empty
+``plainContent``, which carries nothing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from gelbridge._errors import ClaimConflict, GelbridgeError
+from gelbridge._pds import PUT_RECORD_POINTS
+from gelbridge._records.constants import (
+    MESSAGE_COLLECTION,
+    ROLE_ASSISTANT,
+    STATUS_PENDING,
+    STATUS_STREAMING,
+)
+from gelbridge._records.keys import AtUri
+from gelbridge._records.models import (
+    BlobRef,
+    ModelRef,
+    Part,
+    PlainContent,
+    ReasoningPart,
+    ReplyError,
+    TextPart,
+    ToolCallPart,
+    ToolResultPart,
+    Usage,
+    now_datetime,
+)
+from gelbridge._sealing import plaintext_size, seal_content
+from gelbridge._worker.repo import RepoView
+
+log = logging.getLogger("gelbridge.worker.writer")
+
+
+def reply_value(
+    *,
+    conversation: str,
+    parent: str,
+    content: Mapping[str, Any],
+    status: str,
+    created_at: str,
+    updated_at: str | None = None,
+    model: ModelRef | None = None,
+    effort: str | None = None,
+    usage: Usage | None = None,
+    finish_reason: str | None = None,
+    error: ReplyError | None = None,
+) -> dict[str, Any]:
+    """The JSON form of a reply record (pure)."""
+    v: dict[str, Any] = {
+        "$type": MESSAGE_COLLECTION,
+        "conversation": conversation,
+        "role": ROLE_ASSISTANT,
+        "parent": parent,
+        "content": dict(content),
+        "status": status,
+        "createdAt": created_at,
+    }
+    if updated_at is not None:
+        v["updatedAt"] = updated_at
+    if model is not None:
+        v["model"] = model.to_value()
+    if effort is not None:
+        v["effort"] = effort
+    if usage is not None:
+        v["usage"] = usage.to_value()
+    if finish_reason is not None:
+        v["finishReason"] = finish_reason
+    if error is not None:
+        v["error"] = error.to_value()
+    return v
+
+
+#: Room a reply record needs besides its content: the other fields, the putRecord
+#: envelope, the sealed-content wrapper (generous: these are a few hundred bytes).
+RECORD_OVERHEAD_BYTES = 4096
+
+
+def content_budget(max_write_bytes: int) -> int:
+    """Bytes of content JSON that fit a write of ``max_write_bytes`` once sealed
+    (16-byte tag, base64 in the request JSON) with the rest of the record beside it."""
+    return max(0, (max_write_bytes - RECORD_OVERHEAD_BYTES) * 3 // 4 - 16)
+
+
+def content_bytes(parts: Sequence[Part]) -> int:
+    """Size of the content JSON of ``parts`` (what is sealed)."""
+    return plaintext_size(PlainContent(parts=list(parts)))
+
+
+def size_bound(parts: Sequence[Part]) -> int:
+    """A cheap upper bound of :func:`content_bytes`: every character of a string field
+    counted as 6 bytes (a JSON ``\\u`` escape; UTF-8 takes at most 4), every other field
+    and part as 512. Parts with extra fields count as the budget of a whole write."""
+    n = 64
+    for p in parts:
+        if p.__pydantic_extra__:
+            return 1 << 40
+        n += 64
+        for v in p.__dict__.values():
+            n += 6 * len(v) + 16 if type(v) is str else 512
+    return n
+
+
+def fit_parts(parts: Sequence[Part], budget: int) -> tuple[list[Part], bool]:
+    """``parts`` cut to at most ``budget`` bytes of content JSON, and whether anything
+    was cut (pure). Parts are dropped from the end; the last one kept, if it is text or
+    reasoning, is shortened to what fits (whole characters)."""
+    out = list(parts)
+    if size_bound(out) <= budget or content_bytes(out) <= budget:
+        return out, False
+    while out and content_bytes(out) > budget:
+        last = out.pop()
+        if type(last) is ToolResultPart and out and type(out[-1]) is ToolCallPart and out[-1].call_id == last.call_id:
+            out.pop()  # a call goes with its result (PROTOCOL.md §5): never one without the other
+            continue
+        if (type(last) is TextPart or type(last) is ReasoningPart) and last.text:
+            text = last.text
+            lo, hi = 0, len(text)  # the longest prefix that fits: binary search
+            while lo < hi:
+                mid = (lo + hi + 1) // 2
+                if content_bytes([*out, last.model_copy(update={"text": text[:mid]})]) <= budget:
+                    lo = mid
+                else:
+                    hi = mid - 1
+            if lo > 0:
+                out.append(last.model_copy(update={"text": text[:lo]}))
+                break
+    return out, True
+
+
+#: Progress updates come ``SPACING`` times less often once a write budget (the account's
+#: PDS points, the relay's per-host events) is ``SPACE_OUT_AT`` used, and stop at ``SKIP_AT``.
+SPACE_OUT_AT, SKIP_AT, SPACING = 0.5, 0.8, 4.0
+
+
+def progress_gap(interval: float, pds: Any, reserve_points: int) -> float | None:
+    """Seconds between progress updates now, or None to skip them: the one policy for
+    spending write budgets on previews (claims and final writes are never skipped)."""
+    budget = getattr(pds, "budget", None)
+    relay = getattr(pds, "relay", None)
+    if budget is not None and budget.low(reserve_points):
+        return None
+    used = max(budget.pressure() if budget is not None else 0.0, relay.pressure() if relay is not None else 0.0)
+    if used >= SKIP_AT:
+        return None
+    return interval * SPACING if used >= SPACE_OUT_AT else interval
+
+
+class ReplyWriter:
+    """Writes one reply record; serialises its writes and tracks the CID to swap on."""
+
+    def __init__(
+        self,
+        pds: Any,  # gelbridge._pds.PdsClient
+        view: RepoView,
+        *,
+        reply_rkey: str,
+        message_rkey: str,
+        conversation: str,
+        key_id: str | None,
+        keyring: Mapping[str, bytes],
+        update_interval: float = 2.0,
+        max_write_bytes: int = 150 * 1024,
+        reserve_points: int = 100,
+        created_at: str | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.pds = pds
+        self.view = view
+        self.reply_rkey = reply_rkey
+        self.message_rkey = message_rkey
+        self.conversation = conversation
+        self.key_id = key_id
+        self.keyring = keyring
+        self.update_interval = update_interval
+        self.content_budget = content_budget(max_write_bytes)
+        self.reserve_points = reserve_points
+        self.created_at = created_at or now_datetime()
+        self.uri = AtUri(view.did, MESSAGE_COLLECTION, reply_rkey)
+        self.cid: str | None = None
+        self.status: str | None = None
+        self.blobs: list[BlobRef] = []
+        self.claim_ms = 0.0  # the claim write (before the turn starts)
+        self.write_ms = 0.0  # awaited writes inside the turn (settling progress, final)
+        self.progress_writes = 0
+        self.writes = 0  # record writes that landed (claim, progress, checkpoints, final)
+        self.checkpoints = 0
+        self.lost = False  # someone else changed the record: stop writing
+        self._clock = clock
+        self._lock = asyncio.Lock()
+        self._last_progress = clock()
+        self._progress_task: asyncio.Task[None] | None = None
+        self._last_parts_len = -1
+        self._last_parts: list[Part] | None = None
+
+    # --- content -------------------------------------------------------------------------
+
+    @property
+    def can_write_parts(self) -> bool:
+        """Whether parts can go into this reply: plain (the message was plain) or sealed
+        with a key in the keyring."""
+        return self.key_id is None or self.key_id in self.keyring
+
+    def content(self, parts: Sequence[Part]) -> dict[str, Any]:
+        """Sealed content; plain for a plain message; empty plain content when the key
+        is unavailable."""
+        if self.key_id is None:
+            return PlainContent(parts=list(parts)).to_value()
+        if self.key_id not in self.keyring:
+            if parts:
+                raise GelbridgeError(
+                    f"reply {self.reply_rkey}: cannot seal content, key {self.key_id!r} is not in the keyring"
+                )
+            return PlainContent(parts=[]).to_value()
+        enc = seal_content(PlainContent(parts=list(parts)), uri=self.uri, key_id=self.key_id, keyring=self.keyring)
+        if self.blobs:
+            enc = enc.model_copy(update={"blobs": list(self.blobs)})
+        return enc.to_value()
+
+    def add_blob(self, ref: BlobRef) -> None:
+        """Keep an uploaded (encrypted) blob referenced from the record (§2)."""
+        self.blobs.append(ref)
+
+    # --- writes --------------------------------------------------------------------------------
+
+    async def _put(self, value: dict[str, Any], *, swap: str | None, must_land: bool = False) -> None:
+        if must_land:  # the claim and the final write wait out a spent write budget
+            res = await self.pds.put_record(MESSAGE_COLLECTION, self.reply_rkey, value, swap_record=swap,
+                                            must_land=True)
+        else:
+            res = await self.pds.put_record(MESSAGE_COLLECTION, self.reply_rkey, value, swap_record=swap)
+        self.writes += 1
+        self.cid = res.cid
+        self.status = value["status"]
+        self.view.put(self.reply_rkey, res.cid, value)
+
+    @property
+    def points(self) -> int:
+        """PDS write points this reply's writes cost (putRecord: 2 each, every update counted)."""
+        return PUT_RECORD_POINTS * self.writes
+
+    async def claim(self) -> None:
+        """Create-only write of the pending reply. Raises ClaimConflict if it exists."""
+        value = reply_value(
+            conversation=self.conversation, parent=self.message_rkey, content=self.content([]),
+            status=STATUS_PENDING, created_at=self.created_at,
+        )
+        t0 = time.perf_counter()
+        async with self._lock:
+            await self._put(value, swap=None, must_land=True)
+        self.claim_ms += (time.perf_counter() - t0) * 1000
+
+    def adopt(self, cid: str | None, value: Mapping[str, Any]) -> None:
+        """Take over an existing record (resume after a crash, or a stale claim)."""
+        self.cid = cid
+        self.status = value.get("status") if isinstance(value.get("status"), str) else None
+        created = value.get("createdAt")
+        if isinstance(created, str) and created:
+            self.created_at = created
+
+    def maybe_progress(self, build_parts: Callable[[], list[Part]]) -> None:
+        """Schedule a ``streaming`` update if one is due (never blocks, never per token)."""
+        if self.update_interval <= 0 or self.lost:
+            return
+        now = self._clock()  # called per stream event: the cheap test first (a gap is never shorter)
+        if now - self._last_progress < self.update_interval:
+            return
+        gap = progress_gap(self.update_interval, self.pds, self.reserve_points)
+        if gap is None or now - self._last_progress < gap:
+            return  # a write budget runs low: keep it for claims and final writes
+        if self._progress_task is not None and not self._progress_task.done():
+            return
+        parts = build_parts()
+        if not parts or (self._last_parts is not None and parts == self._last_parts):
+            return
+        self._last_progress = now
+        self._last_parts = parts
+        self._progress_task = asyncio.create_task(self._progress(parts), name=f"progress {self.reply_rkey}")
+
+    async def _progress(self, parts: list[Part]) -> None:
+        try:
+            parts, _ = fit_parts(parts, self.content_budget)  # a progress write is a preview: cut quietly
+            value = reply_value(
+                conversation=self.conversation, parent=self.message_rkey, content=self.content(parts),
+                status=STATUS_STREAMING, created_at=self.created_at, updated_at=now_datetime(),
+            )
+            async with self._lock:
+                if self.lost:
+                    return
+                await self._put(value, swap=self.cid)
+            self.progress_writes += 1
+        except ClaimConflict:
+            self.lost = True
+            log.warning("reply %s changed under us; no more writes to it", self.reply_rkey)
+        except Exception as e:  # noqa: BLE001 - a failed progress write is not fatal: the final write decides
+            log.info("progress write of %s failed (%s)", self.reply_rkey, type(e).__name__)
+
+    async def checkpoint(self, parts: Sequence[Part]) -> None:
+        """A durable ``streaming`` write of ``parts`` now (not throttled), after any
+        progress write in flight (so an older one never lands after it). Raises
+        ClaimConflict if the record was changed by someone else, and the PDS error if
+        the write failed: the caller must not run the tools then."""
+        await self.settle()
+        if self.lost:
+            raise ClaimConflict(f"reply {self.reply_rkey} was changed by someone else; not overwriting it")
+        value = reply_value(
+            conversation=self.conversation, parent=self.message_rkey, content=self.content(parts),
+            status=STATUS_STREAMING, created_at=self.created_at, updated_at=now_datetime(),
+        )
+        t0 = time.perf_counter()
+        try:
+            async with self._lock:
+                await self._put(value, swap=self.cid)
+        except ClaimConflict:
+            self.lost = True
+            raise
+        finally:
+            self.write_ms += (time.perf_counter() - t0) * 1000
+        self.progress_writes += 1
+        self.checkpoints += 1
+        self._last_progress = self._clock()
+        self._last_parts = list(parts)
+
+    async def settle(self) -> None:
+        """Wait for an in-flight progress write (before the final write)."""
+        task, self._progress_task = self._progress_task, None
+        if task is not None and not task.done():
+            t0 = time.perf_counter()
+            try:
+                await task
+            finally:
+                self.write_ms += (time.perf_counter() - t0) * 1000
+
+    async def final(
+        self,
+        parts: Sequence[Part],
+        *,
+        status: str,
+        model: ModelRef | None = None,
+        effort: str | None = None,
+        usage: Usage | None = None,
+        finish_reason: str | None = None,
+        error: ReplyError | None = None,
+    ) -> None:
+        """The last write of the reply (swap on the CID last written)."""
+        await self.settle()
+        if self.lost:
+            raise ClaimConflict(f"reply {self.reply_rkey} was changed by someone else; not overwriting it")
+        value = reply_value(
+            conversation=self.conversation, parent=self.message_rkey, content=self.content(parts),
+            status=status, created_at=self.created_at, updated_at=now_datetime(), model=model,
+            effort=effort, usage=usage, finish_reason=finish_reason, error=error,
+        )
+        t0 = time.perf_counter()
+        async with self._lock:
+            await self._put(value, swap=self.cid, must_land=True)
+        self.write_ms += (time.perf_counter() - t0) * 1000

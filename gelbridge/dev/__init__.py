@@ -1,2 +1,0 @@
-"""Development helpers: a local reference PDS (``gelbridge.dev.pds``) and local stand-ins
-for outside services, so gelbridge can be tried and tested without the network."""
