@@ -34,6 +34,8 @@ _EXPORTS = {
     "ChatClient": "gelbridge._chat_client",
     "Keyring": "gelbridge._sealing",
     "Worker": "gelbridge._worker",
+    "EventOutcome": "gelbridge._worker.decide",
+    "ReplyStatus": "gelbridge._records.constants",
     "ModelClient": "gelbridge._adapters.client",
     "ModelResult": "gelbridge._adapters.client",
     "ModelTiming": "gelbridge._adapters.client",
@@ -43,22 +45,24 @@ _EXPORTS = {
 
 __all__ = [
     "AccountMixup", "AdapterError", "Bridge", "BridgeClosed", "BridgeOverloaded", "ChatClient", "ConfigError",
-    "FirehoseError", "GelbridgeError", "IncomingRecord", "JetstreamSource", "Keyring", "ModelClient", "ModelResult",
-    "ModelTiming", "ProviderError", "RecordFilter", "Settings", "Worker", "load_config", "rewound", "subscribe_url",
-    "__version__",
+    "EventOutcome", "FirehoseError", "GelbridgeError", "IncomingRecord", "JetstreamSource", "Keyring", "ModelClient",
+    "ModelResult", "ModelTiming", "ProviderError", "RecordFilter", "ReplyStatus", "Settings", "Worker", "load_config",
+    "rewound", "subscribe_url", "__version__",
 ]
 assert sorted(_EXPORTS) + ["__version__"] == __all__
 
 if TYPE_CHECKING:
+    from gelbridge._adapters.client import ModelClient, ModelResult, ModelTiming
     from gelbridge._bridge import AccountMixup, Bridge, BridgeClosed, BridgeOverloaded
     from gelbridge._chat_client import ChatClient
     from gelbridge._config import Settings, load_config
-    from gelbridge._adapters.client import ModelClient, ModelResult, ModelTiming
     from gelbridge._errors import AdapterError, ConfigError, FirehoseError, GelbridgeError, ProviderError
     from gelbridge._ingest import IncomingRecord, RecordFilter
     from gelbridge._jetstream import JetstreamSource, rewound, subscribe_url
+    from gelbridge._records.constants import ReplyStatus
     from gelbridge._sealing import Keyring
     from gelbridge._worker import Worker
+    from gelbridge._worker.decide import EventOutcome
 
 
 def __getattr__(name: str) -> object:

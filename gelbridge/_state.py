@@ -44,31 +44,26 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from enum import StrEnum
 from pathlib import Path
-from typing import Any, Literal, TypeGuard, get_args
+from typing import Any
 
 from gelbridge._errors import StateError, ToolJournalConflict
+from gelbridge._records.constants import FINAL_STATUSES, ReplyStatus
 
 DB_FILENAME = "gelbridge.db"
 
-ClaimStatus = Literal["pending", "streaming", "complete", "awaitingApproval", "error", "cancelled"]
-CLAIM_STATUSES: frozenset[str] = frozenset(get_args(ClaimStatus))
+#: A claim's status is the status its reply has (or will have once written).
+ClaimStatus = ReplyStatus
 
 
-def _is_claim_status(status: str) -> TypeGuard[ClaimStatus]:
-    return status in CLAIM_STATUSES
+def claim_status(status: str) -> ReplyStatus:
+    """``status`` (a record's or a row's) as a claim status; ValueError for anything else."""
+    try:
+        return ReplyStatus(status)
+    except ValueError:
+        raise ValueError(f"unknown claim status {status!r}") from None
 
-
-def claim_status(status: str) -> ClaimStatus:
-    """``status`` as a claim status; ValueError for anything else (a reply status is one)."""
-    if not _is_claim_status(status):
-        raise ValueError(f"not a claim status: {status!r}")
-    return status
-
-
-#: Statuses after which a reply is never written again (PROTOCOL.md §4.1).
-FINISHED_STATUSES: frozenset[str] = frozenset({"complete", "awaitingApproval", "error", "cancelled"})
-UNFINISHED_STATUSES: frozenset[str] = frozenset({"pending", "streaming"})
 
 #: How many rows the errors ring / turn timings / seen-events set keep.
 ERRORS_KEPT = 200
@@ -90,7 +85,7 @@ class Claim:
     message_rkey: str
     attempt: int
     conversation: str
-    status: str
+    status: ReplyStatus
     error_kind: str | None
     created_at: float
     updated_at: float
@@ -116,6 +111,14 @@ def call_key(call_id: str) -> str:
     return hashlib.sha256(b"gelbridge-call-id\n" + call_id.encode("utf-8", "surrogatepass")).hexdigest()
 
 
+class CallState(StrEnum):
+    """Where a journalled tool call is: begun (the tool may be running, or a crash cut
+    it off) or finished (its sealed result is stored)."""
+
+    STARTED = "started"
+    FINISHED = "finished"
+
+
 @dataclass(frozen=True)
 class JournalEntry:
     """One tool call in the at-most-once journal.
@@ -135,7 +138,7 @@ class JournalEntry:
     reply_rkey: str
     tool: str
     input_digest: str
-    state: Literal["started", "finished"]
+    state: CallState
     sealed_result: bytes | None
     key_id: str | None
     is_error: bool | None
@@ -145,12 +148,12 @@ class JournalEntry:
 
     @property
     def finished(self) -> bool:
-        return self.state == "finished"
+        return self.state is CallState.FINISHED
 
     @property
     def interrupted(self) -> bool:
         """Begun by an earlier run and never finished."""
-        return self.state == "started" and not self.new
+        return self.state is CallState.STARTED and not self.new
 
 
 @dataclass(frozen=True)
@@ -504,7 +507,8 @@ class StateStore:
     def _claim(row: tuple[Any, ...]) -> Claim:
         reply_rkey, account, message_rkey, attempt, conversation, status, error_kind, created, updated, calls, \
             waiting_at = row
-        return Claim(reply_rkey, account, message_rkey, attempt, conversation, status, error_kind, created, updated,
+        return Claim(reply_rkey, account, message_rkey, attempt, conversation, claim_status(status), error_kind,
+                     created, updated,
                      frozenset(json.loads(calls)) if calls else frozenset(), waiting_at)
 
     def record_claim(
@@ -514,13 +518,12 @@ class StateStore:
         attempt: int,
         reply_rkey: str,
         conversation: str,
-        status: ClaimStatus = "pending",
+        status: ReplyStatus = ReplyStatus.PENDING,
     ) -> Claim:
         """Remember that this worker claimed ``reply_rkey`` of ``account``. Idempotent: a
         second call for the same key returns the existing claim unchanged.
         ``created_at`` is when this worker first saw the request (its own clock)."""
-        if status not in CLAIM_STATUSES:
-            raise ValueError(f"unknown claim status {status!r}")
+        status = claim_status(status)
         now = self._clock()
         with self._tx() as db:
             db.execute(
@@ -534,10 +537,9 @@ class StateStore:
         return self._claim(row)
 
     def update_claim_status(
-        self, account: str, reply_rkey: str, status: ClaimStatus, error_kind: str | None = None
+        self, account: str, reply_rkey: str, status: ReplyStatus, error_kind: str | None = None
     ) -> None:
-        if status not in CLAIM_STATUSES:
-            raise ValueError(f"unknown claim status {status!r}")
+        status = claim_status(status)
         _check_label(error_kind, "error_kind")
         with self._tx() as db:
             cur = db.execute(
@@ -587,7 +589,7 @@ class StateStore:
 
     def is_finished(self, account: str, reply_rkey: str) -> bool:
         claim = self.get_claim(account, reply_rkey)
-        return claim is not None and claim.status in FINISHED_STATUSES
+        return claim is not None and claim.status in FINAL_STATUSES
 
     # --- tool journal --------------------------------------------------------------------
 
@@ -608,7 +610,7 @@ class StateStore:
             reply_rkey=reply_rkey,
             tool=tool,
             input_digest=digest,
-            state=state,
+            state=CallState(state),
             sealed_result=bytes(sealed) if sealed is not None else None,
             key_id=key_id,
             is_error=None if is_error is None else bool(is_error),

@@ -15,9 +15,9 @@ import gelbridge
 
 PUBLIC = [
     "AccountMixup", "AdapterError", "Bridge", "BridgeClosed", "BridgeOverloaded", "ChatClient", "ConfigError",
-    "FirehoseError", "GelbridgeError", "IncomingRecord", "JetstreamSource", "Keyring", "ModelClient", "ModelResult",
-    "ModelTiming", "ProviderError", "RecordFilter", "Settings", "Worker", "load_config", "rewound", "subscribe_url",
-    "__version__",
+    "EventOutcome", "FirehoseError", "GelbridgeError", "IncomingRecord", "JetstreamSource", "Keyring", "ModelClient",
+    "ModelResult", "ModelTiming", "ProviderError", "RecordFilter", "ReplyStatus", "Settings", "Worker", "load_config",
+    "rewound", "subscribe_url", "__version__",
 ]
 PUBLIC_MODULES = {"gelbridge", "gelbridge.__main__", "gelbridge.lux"}
 REPO = Path(__file__).resolve().parents[1]

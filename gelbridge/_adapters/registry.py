@@ -12,8 +12,9 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from enum import StrEnum
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING
 
 from gelbridge._adapters.host import Adapter, load_adapter
 from gelbridge._adapters.sandbox import SandboxLimits
@@ -22,7 +23,12 @@ from gelbridge._errors import AdapterError, AdapterLoadError
 if TYPE_CHECKING:
     from gelbridge._config import Settings
 
-Status = Literal["loaded", "failed", "overridden"]
+class AdapterStatus(StrEnum):
+    """What became of one adapter script at load."""
+
+    LOADED = "loaded"
+    FAILED = "failed"
+    OVERRIDDEN = "overridden"  # a later script of the same name replaced it
 
 
 def builtin_adapters_dir() -> Path:
@@ -39,7 +45,7 @@ class AdapterEntry:
     """One script file and what became of it."""
 
     source: Path
-    status: Status
+    status: AdapterStatus
     name: str | None = None
     version: str = ""
     error: str | None = None
@@ -80,17 +86,17 @@ class AdapterRegistry:
                 try:
                     adapter = load_adapter(path, limits=limits, allow_hosts=hosts)
                 except AdapterError as e:  # includes AdapterLoadError and SandboxViolation
-                    entries.append(AdapterEntry(path, "failed", error=str(e), builtin=builtin))
+                    entries.append(AdapterEntry(path, AdapterStatus.FAILED, error=str(e), builtin=builtin))
                     continue
                 previous = loaded.get(adapter.name)
                 if previous is not None:
                     old = entries[previous[1]]
                     entries[previous[1]] = AdapterEntry(
-                        old.source, "overridden", old.name, old.version,
+                        old.source, AdapterStatus.OVERRIDDEN, old.name, old.version,
                         overridden_by=path, builtin=old.builtin,
                     )
                 loaded[adapter.name] = (adapter, len(entries))
-                entries.append(AdapterEntry(path, "loaded", adapter.name, adapter.version, builtin=builtin))
+                entries.append(AdapterEntry(path, AdapterStatus.LOADED, adapter.name, adapter.version, builtin=builtin))
         return cls({name: a for name, (a, _) in loaded.items()}, entries)
 
     def get(self, name: str) -> Adapter:
@@ -99,7 +105,7 @@ class AdapterRegistry:
             return self._adapters[name]
         except KeyError:
             known = ", ".join(sorted(self._adapters)) or "none"
-            failed = [e for e in self._entries if e.status == "failed"]
+            failed = [e for e in self._entries if e.status is AdapterStatus.FAILED]
             hint = f"; {len(failed)} script(s) failed to load, see 'gelbridge adapters list'" if failed else ""
             raise AdapterError(f"no adapter named {name!r} (loaded: {known}){hint}") from None
 

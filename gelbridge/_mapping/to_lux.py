@@ -34,8 +34,7 @@ from gelbridge._mapping.choice import TurnChoice
 from gelbridge._mapping.provider_data import DecodedProviderData, decode_provider_data
 from gelbridge._records.constants import (
     ROLE_ASSISTANT,
-    STATUS_AWAITING_APPROVAL,
-    STATUS_COMPLETE,
+    ReplyStatus,
 )
 from gelbridge._records.models import (
     FilePart,
@@ -247,7 +246,7 @@ class _Builder:
             self.out.append(Message(_USER, blocks))
 
     def reply(self, si: int, rkey: str, parts: Sequence[Part], status: str | None) -> None:
-        if status not in (None, STATUS_COMPLETE, STATUS_AWAITING_APPROVAL) and parts:
+        if status not in (None, ReplyStatus.COMPLETE, ReplyStatus.AWAITING_APPROVAL) and parts:
             self.note(rkey, _DEGRADED, f"reply has status {status}; its partial content is included")
         consumed = self.consumed.get(si) or ()
         results = self.own_results(parts, rkey, consumed)

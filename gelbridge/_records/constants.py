@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from enum import StrEnum
 from typing import Final
 
 DEFS_NSID: Final = "chat.gel.assistant.defs"
@@ -28,15 +29,24 @@ MAX_RECORD_BYTES: Final = 1024 * 1024
 ROLE_USER: Final = "user"
 ROLE_ASSISTANT: Final = "assistant"
 
-STATUS_PENDING: Final = "pending"
-STATUS_STREAMING: Final = "streaming"
-STATUS_COMPLETE: Final = "complete"
-STATUS_AWAITING_APPROVAL: Final = "awaitingApproval"
-STATUS_ERROR: Final = "error"
-STATUS_CANCELLED: Final = "cancelled"
-#: A reply in one of these states is finished: asking again for it does nothing.
-FINAL_STATUSES: Final = frozenset(
-    {STATUS_COMPLETE, STATUS_AWAITING_APPROVAL, STATUS_ERROR, STATUS_CANCELLED}
+
+class ReplyStatus(StrEnum):
+    """A reply's ``status`` (PROTOCOL.md §4.1). Members are ``str``: they compare equal
+    to, and serialise as, the wire values. The record field stays open (``str``): another
+    app's unknown status is kept, not rejected; a claim's status is always one of these."""
+
+    PENDING = "pending"
+    STREAMING = "streaming"
+    COMPLETE = "complete"
+    AWAITING_APPROVAL = "awaitingApproval"
+    ERROR = "error"
+    CANCELLED = "cancelled"
+
+
+#: A reply in one of these states is finished: asking again for it does nothing, and it
+#: is never written again.
+FINAL_STATUSES: Final[frozenset[str]] = frozenset(
+    {ReplyStatus.COMPLETE, ReplyStatus.AWAITING_APPROVAL, ReplyStatus.ERROR, ReplyStatus.CANCELLED}
 )
 
 MAX_ATTEMPT: Final = 1000

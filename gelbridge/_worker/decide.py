@@ -11,15 +11,15 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Literal
+from enum import StrEnum
+from typing import Any
 
 from gelbridge._errors import RecordError
 from gelbridge._records.constants import (
     FINAL_STATUSES,
     MESSAGE_COLLECTION,
     ROLE_USER,
-    STATUS_PENDING,
-    STATUS_STREAMING,
+    ReplyStatus,
 )
 from gelbridge._records.keys import reply_rkey
 from gelbridge._records.models import EncryptedContent, MessageRecord
@@ -69,7 +69,31 @@ def peek_ask(collection: str, rkey: str, value: Mapping[str, Any] | None) -> Ask
         return None
 
 
-SlotDecision = Literal["done", "resume", "foreign", "takeover"]
+class SlotDecision(StrEnum):
+    """What to do about a reply key that already holds a record (``decide_existing_reply``)."""
+
+    DONE = "done"
+    RESUME = "resume"
+    FOREIGN = "foreign"
+    TAKEOVER = "takeover"
+
+
+class EventOutcome(StrEnum):
+    """What ``Worker.handle_event`` made of one record event (for logs, stats and tests)."""
+
+    IGNORED = "ignored"  # another account's or collection's record, or gone when read
+    DELETED = "deleted"
+    REPLY = "reply"  # an assistant record: nothing to answer
+    SIDE_RECORD = "side-record"  # a conversation or settings record: cached for turns
+    NO_GENERATION = "no-generation"  # a user message that asks for no reply
+    BAD_RECORD = "bad-record"  # malformed: answered with an error reply where one can be written
+    CLAIMED = "claimed"  # the reply key was claimed and its turn queued
+    RESUMED = "resumed"  # an unfinished reply of ours (or a stale one) is being finished
+    DONE = "done"  # its reply is already finished
+    FOREIGN = "foreign"  # another worker is writing its reply
+    ACTIVE = "active"  # its turn is already running here
+    RACED = "raced"  # the reply appeared and vanished while claiming: the next event decides
+    POSTPONED = "postponed"  # a refused final write could not be mended yet: the sweep retries
 
 
 def parse_time(s: object) -> float | None:
@@ -100,15 +124,15 @@ def decide_existing_reply(
     """
     status = value.get("status") if isinstance(value, Mapping) else None
     if status in FINAL_STATUSES:
-        return "done"
+        return SlotDecision.DONE
     if ours:
-        return "resume"
-    if stale_after is not None and status in (STATUS_PENDING, STATUS_STREAMING):
+        return SlotDecision.RESUME
+    if stale_after is not None and status in (ReplyStatus.PENDING, ReplyStatus.STREAMING):
         at = parse_time(value.get("updatedAt")) or parse_time(value.get("createdAt"))
         now = time.time() if now is None else now
         if at is not None and now - at > stale_after:
-            return "takeover"
-    return "foreign"
+            return SlotDecision.TAKEOVER
+    return SlotDecision.FOREIGN
 
 
 # --- error text for replies -------------------------------------------------------------------

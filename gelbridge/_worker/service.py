@@ -42,18 +42,33 @@ from gelbridge._records.constants import (
     ROLE_ASSISTANT,
     SETTINGS_COLLECTION,
     SETTINGS_RKEY,
-    STATUS_CANCELLED,
-    STATUS_ERROR,
+    ReplyStatus,
 )
 from gelbridge._records.models import ReplyError
 from gelbridge._sealing import Keyring
 from gelbridge._seams import Printer
-from gelbridge._state import FINISHED_STATUSES, Claim, StateStore
-from gelbridge._worker.decide import Ask, ask_of, decide_existing_reply, error_message, peek_ask
+from gelbridge._state import Claim, StateStore, claim_status
+from gelbridge._worker.decide import (
+    Ask,
+    EventOutcome,
+    SlotDecision,
+    ask_of,
+    decide_existing_reply,
+    error_message,
+    peek_ask,
+)
 from gelbridge._worker.repo import SIDE_RECORD_TYPES, Entry, RepoView, SideRecords
 from gelbridge._worker.scheduler import Scheduler
 from gelbridge._worker.sources import FirehoseSource, PollSource, firehose_cursor_key
-from gelbridge._worker.turn import WRITE_REFUSED, TurnDeps, TurnJob, TurnReport, run_turn, write_refused_reply
+from gelbridge._worker.turn import (
+    WRITE_REFUSED,
+    TurnDeps,
+    TurnJob,
+    TurnOutcome,
+    TurnReport,
+    run_turn,
+    write_refused_reply,
+)
 from gelbridge._worker.watch import stop_tasks
 from gelbridge._worker.writer import ReplyWriter
 
@@ -308,47 +323,43 @@ class Worker:
         *,
         action: str = "create",
         received_at: float | None = None,
-    ) -> str:
-        """Handle one record event; returns when its effects are durable.
-
-        Returns what was decided (for logs and tests): ``ignored``, ``deleted``, ``reply``,
-        ``no-generation``, ``bad-record``, ``claimed``, ``resumed``, ``done``, ``foreign``,
-        ``active``, ``side-record`` (a conversation or settings record: cached for turns).
-        """
+    ) -> EventOutcome:
+        """Handle one record event; returns when its effects are durable, with what was
+        decided (an ``EventOutcome``: a ``str``, for logs and tests)."""
         received = received_at if received_at is not None else time.monotonic()
         if not self.started:
             raise RuntimeError("call await worker.start() first")
         if did == self.did and collection in SIDE_RECORD_TYPES:
             self.side.event(collection, rkey, record, action=action)
-            return "side-record"
+            return EventOutcome.SIDE_RECORD
         if did != self.did or collection != MESSAGE_COLLECTION:
-            return "ignored"
+            return EventOutcome.IGNORED
         if action == "delete":
             self.view.drop(rkey)
-            return "deleted"
+            return EventOutcome.DELETED
         if record is None:  # a tooBig commit: read it
             entry = await self.view.get(rkey, fresh=True)
             if entry is None:
-                return "ignored"
+                return EventOutcome.IGNORED
             cid, record = entry
         value = dict(record)
         self.view.put(rkey, cid, value)
         if value.get("role") == ROLE_ASSISTANT:
-            return "reply"
+            return EventOutcome.REPLY
         if value.get("generation") is None:
-            return "no-generation"
+            return EventOutcome.NO_GENERATION
         return await self._consider(rkey, cid, value, received, existing=_UNKNOWN)
 
     async def _consider(
         self, rkey: str, cid: str | None, value: dict[str, Any], received: float, *, existing: Any
-    ) -> str:
+    ) -> EventOutcome:
         try:
             msg = self.opened.record(self.view.uri(rkey), cid, value)
         except RecordError as e:
             return await self._bad_record(rkey, value, e, received)
         ask = ask_of(MESSAGE_COLLECTION, rkey, msg)
         if ask is None:
-            return "no-generation"
+            return EventOutcome.NO_GENERATION
         async with self._locks[ask.message_rkey]:
             try:
                 result = await self._claim_and_submit(ask, received, existing=existing)
@@ -359,7 +370,7 @@ class Worker:
         self.stats[result] += 1
         return result
 
-    async def _bad_record(self, rkey: str, value: Mapping[str, Any], e: GelbridgeError, received: float) -> str:
+    async def _bad_record(self, rkey: str, value: Mapping[str, Any], e: GelbridgeError, received: float) -> EventOutcome:
         """A malformed message: log kind + rkey; if it plainly asks for a reply, answer
         once with ``status: error`` (``bad_record``), so the app can show why."""
         log.warning("message %s is malformed (%s); not answering it", rkey, e.kind)
@@ -367,18 +378,18 @@ class Worker:
         self.stats["bad-record"] += 1
         ask = peek_ask(MESSAGE_COLLECTION, rkey, value)
         if ask is None or self.store.get_claim(self.did, ask.reply_rkey) is not None:
-            return "bad-record"
+            return EventOutcome.BAD_RECORD
         ask = Ask(ask.message_rkey, ask.attempt, ask.reply_rkey, ask.conversation, None)
         self.store.record_claim(self.did, ask.message_rkey, ask.attempt, ask.reply_rkey, ask.conversation)
         writer = self._writer(ask)
         try:
             await writer.claim()
-            await writer.final([], status=STATUS_ERROR, error=ReplyError(kind="bad_record", message=error_message(
+            await writer.final([], status=ReplyStatus.ERROR, error=ReplyError(kind="bad_record", message=error_message(
                 "bad_record", detail=f"message {rkey} does not follow the chat.gel.assistant.message lexicon")))
-            self.store.update_claim_status(self.did, ask.reply_rkey, "error", "bad_record")
+            self.store.update_claim_status(self.did, ask.reply_rkey, ReplyStatus.ERROR, "bad_record")
         except ClaimConflict:
-            self.store.update_claim_status(self.did, ask.reply_rkey, "cancelled", "claimed_elsewhere")
-        return "bad-record"
+            self.store.update_claim_status(self.did, ask.reply_rkey, ReplyStatus.CANCELLED, "claimed_elsewhere")
+        return EventOutcome.BAD_RECORD
 
     def _writer(self, ask: Ask) -> ReplyWriter:
         return ReplyWriter(
@@ -389,13 +400,13 @@ class Worker:
             reserve_points=self.settings.replies.reserve_points,
         )
 
-    async def _claim_and_submit(self, ask: Ask, received: float, *, existing: Any) -> str:
+    async def _claim_and_submit(self, ask: Ask, received: float, *, existing: Any) -> EventOutcome:
         rk = ask.reply_rkey
         if self.scheduler.is_active(rk):
-            return "active"
+            return EventOutcome.ACTIVE
         prior: Claim | None = self.store.get_claim(self.did, rk)
-        if prior is not None and prior.status in FINISHED_STATUSES:
-            return "done"
+        if prior is not None and prior.status in FINAL_STATUSES:
+            return EventOutcome.DONE
         if prior is not None and prior.error_kind == WRITE_REFUSED:
             return await self._finish_refused(ask)
         ours = prior is not None
@@ -410,49 +421,50 @@ class Worker:
             except ClaimConflict:
                 existing = await self.view.get(rk, fresh=True)
                 if existing is None:
-                    return "raced"
+                    return EventOutcome.RACED
             else:
                 self._submit(ask, writer, received)
-                return "claimed"
+                return EventOutcome.CLAIMED
         cid, value = existing
         decision = decide_existing_reply(value, ours=ours, stale_after=self.settings.worker.stale_claim_after)
-        if decision == "done":
+        if decision is SlotDecision.DONE:
             status = value.get("status")
             if ours or self.store.get_claim(self.did, rk) is not None:
-                self.store.update_claim_status(self.did, rk, status if status in FINISHED_STATUSES else "complete")
-            return "done"
-        if decision == "foreign":
+                self.store.update_claim_status(
+                    self.did, rk, claim_status(status) if status in FINAL_STATUSES else ReplyStatus.COMPLETE)
+            return EventOutcome.DONE
+        if decision is SlotDecision.FOREIGN:
             if not ours and self.store.get_claim(self.did, rk) is not None:  # our fresh claim row lost the race
-                self.store.update_claim_status(self.did, rk, "cancelled", "claimed_elsewhere")
+                self.store.update_claim_status(self.did, rk, ReplyStatus.CANCELLED, "claimed_elsewhere")
             log.info("reply %s belongs to another worker; not answering", rk)
-            return "foreign"
+            return EventOutcome.FOREIGN
         if self.store.get_claim(self.did, rk) is None:
             self.store.record_claim(self.did, ask.message_rkey, ask.attempt, rk, ask.conversation)
         if cid is None:
             fresh = await self.view.get(rk, fresh=True)
             if fresh is None:
-                return "raced"
+                return EventOutcome.RACED
             cid, value = fresh
         writer.adopt(cid, value)
-        log.info("%s unfinished reply %s", "resuming" if decision == "resume" else "taking over stale", rk)
+        log.info("%s unfinished reply %s", "resuming" if decision is SlotDecision.RESUME else "taking over stale", rk)
         self._submit(ask, writer, received, resumed=True, resume_from=(cid, value),
-                     takeover=decision == "takeover")
-        return "resumed"
+                     takeover=decision is SlotDecision.TAKEOVER)
+        return EventOutcome.RESUMED
 
-    async def _finish_refused(self, ask: Ask) -> str:
+    async def _finish_refused(self, ask: Ask) -> EventOutcome:
         """A reply whose final write the PDS refused for good: write the minimal error
         reply (again), never the turn: the model is not called a second time."""
         existing = await self.view.get(ask.reply_rkey, fresh=True)
         if existing is None:
-            self.store.update_claim_status(self.did, ask.reply_rkey, "cancelled")
-            return "done"
+            self.store.update_claim_status(self.did, ask.reply_rkey, ReplyStatus.CANCELLED)
+            return EventOutcome.DONE
         if existing[1].get("status") in FINAL_STATUSES:
-            self.store.update_claim_status(self.did, ask.reply_rkey, existing[1]["status"], WRITE_REFUSED)
-            return "done"
+            self.store.update_claim_status(self.did, ask.reply_rkey, claim_status(existing[1]["status"]), WRITE_REFUSED)
+            return EventOutcome.DONE
         writer = self._writer(ask)
         writer.adopt(*existing)
         status, _ = await write_refused_reply(self.deps, writer, ask.reply_rkey)
-        return "done" if status != "unfinished" else "postponed"
+        return EventOutcome.DONE if status != TurnOutcome.UNFINISHED else EventOutcome.POSTPONED
 
     def _submit(self, ask: Ask, writer: ReplyWriter, received: float, *, resumed: bool = False,
                 resume_from: Entry | None = None, takeover: bool = False) -> None:
@@ -467,7 +479,7 @@ class Worker:
         with tracing.span("gelbridge.turn", attrs) as sp:
             report = await run_turn(self.deps, job)
             if sp is not None:
-                sp.set_attribute("gelbridge.turn.status", report.status)
+                sp.set_attribute("gelbridge.turn.status", str(report.status))
                 sp.set_attribute("gelbridge.turn.steps", report.steps)
                 sp.set_attribute("gelbridge.pds.write_points", report.points)
                 if report.error_kind:
@@ -481,8 +493,8 @@ class Worker:
 
     async def _cancel_queued(self, job: TurnJob) -> None:
         """A claimed turn superseded before it ran: write ``cancelled``."""
-        await job.writer.final([], status=STATUS_CANCELLED)
-        self.store.update_claim_status(self.did, job.ask.reply_rkey, "cancelled")
+        await job.writer.final([], status=ReplyStatus.CANCELLED)
+        self.store.update_claim_status(self.did, job.ask.reply_rkey, ReplyStatus.CANCELLED)
 
     # --- backfill and recovery (per account; gelbridge run and the Bridge alike) ----------
 
@@ -508,8 +520,8 @@ class Worker:
             existing = listing.get(peek.reply_rkey) if peek is not None else None
             if existing is not None and existing[1].get("status") in FINAL_STATUSES:
                 claim = self.store.get_claim(self.did, peek.reply_rkey)  # type: ignore[union-attr]
-                if claim is not None and claim.status not in FINISHED_STATUSES:
-                    self.store.update_claim_status(self.did, claim.reply_rkey, existing[1]["status"])
+                if claim is not None and claim.status not in FINAL_STATUSES:
+                    self.store.update_claim_status(self.did, claim.reply_rkey, claim_status(existing[1]["status"]))
                 continue
             rep.owed += 1
             try:
@@ -566,17 +578,17 @@ class Worker:
         # the message is gone or asks for another attempt now: close this reply
         reply = await self.view.get(claim.reply_rkey, fresh=True)
         if reply is None or reply[1].get("status") in FINAL_STATUSES:
-            self.store.update_claim_status(self.did, claim.reply_rkey, "cancelled")
+            self.store.update_claim_status(self.did, claim.reply_rkey, ReplyStatus.CANCELLED)
             return
         stub = Ask(claim.message_rkey, claim.attempt, claim.reply_rkey, claim.conversation,
                    (reply[1].get("content") or {}).get("keyId"))
         writer = self._writer(stub)
         writer.adopt(reply[0], reply[1])
         try:
-            await writer.final([], status=STATUS_CANCELLED)
-            self.store.update_claim_status(self.did, claim.reply_rkey, "cancelled")
+            await writer.final([], status=ReplyStatus.CANCELLED)
+            self.store.update_claim_status(self.did, claim.reply_rkey, ReplyStatus.CANCELLED)
         except ClaimConflict:
-            self.store.update_claim_status(self.did, claim.reply_rkey, "cancelled", "claimed_elsewhere")
+            self.store.update_claim_status(self.did, claim.reply_rkey, ReplyStatus.CANCELLED, "claimed_elsewhere")
 
     async def sweep_loop(self, interval: float = 30.0, *, at_start: bool = False) -> None:
         """Until cancelled: :meth:`recover_claims` every ``interval`` s, and at once after

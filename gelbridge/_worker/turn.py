@@ -16,6 +16,7 @@ from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from enum import StrEnum
 from typing import Any, Protocol
 
 from gelbridge._config import Settings
@@ -53,10 +54,7 @@ from gelbridge._records.constants import (
     CONVERSATION_COLLECTION,
     SETTINGS_COLLECTION,
     SETTINGS_RKEY,
-    STATUS_AWAITING_APPROVAL,
-    STATUS_CANCELLED,
-    STATUS_COMPLETE,
-    STATUS_ERROR,
+    ReplyStatus,
 )
 from gelbridge._records.keys import AtUri, is_valid_rkey
 from gelbridge._records.models import (
@@ -77,7 +75,7 @@ from gelbridge._records.models import (
 )
 from gelbridge._sealing import content_of, open_blob, seal_blob
 from gelbridge._seams import ModelCaller, Repo
-from gelbridge._state import CallRef, StateStore, TurnTiming, claim_status
+from gelbridge._state import CallRef, StateStore, TurnTiming
 from gelbridge._thread import previous_reply_rkey
 from gelbridge._tools import ToolCall, ToolRegistry, call_digest, execute_journaled, needs_approval, resolve_approvals
 from gelbridge._tools.approval import WaitingCall
@@ -187,9 +185,21 @@ class TurnJob:
     started_at: float | None = None
 
 
+class TurnOutcome(StrEnum):
+    """How a turn ended (its report, timing row, span and metrics): the status its reply
+    was finished with, or why the reply was not finished here."""
+
+    COMPLETE = "complete"
+    AWAITING_APPROVAL = "awaitingApproval"
+    ERROR = "error"
+    CANCELLED = "cancelled"
+    LOST = "lost"  # someone else wrote the reply first: it is theirs
+    UNFINISHED = "unfinished"  # the final write failed: the claim stays open and the sweep finishes it
+
+
 @dataclass
 class TurnReport:
-    status: str
+    status: TurnOutcome
     error_kind: str | None
     timing: TurnTiming
     steps: int
@@ -447,7 +457,7 @@ def _waiting_asked_here(
 # --- the turn -------------------------------------------------------------------------------------
 
 
-async def answer(deps: TurnDeps, job: TurnJob, state: TurnState, timer: _Timer) -> str:
+async def answer(deps: TurnDeps, job: TurnJob, state: TurnState, timer: _Timer) -> ReplyStatus:
     """Everything after the claim up to (not including) the final write. Returns the status."""
     ask = job.ask
     settings = deps.settings
@@ -534,7 +544,7 @@ async def answer(deps: TurnDeps, job: TurnJob, state: TurnState, timer: _Timer) 
         steps_done = point.steps
         state.parts = parts
         if still_waiting:
-            return STATUS_AWAITING_APPROVAL
+            return ReplyStatus.AWAITING_APPROVAL
 
     # approval answers (§5): the reply starts with the waiting calls, decided and answered
     parent = thread.parent_reply
@@ -633,7 +643,7 @@ async def answer(deps: TurnDeps, job: TurnJob, state: TurnState, timer: _Timer) 
             log.warning("reply %s: the answer outgrew one record (%d bytes of content allowed); cut there, "
                         "finishReason length", ask.reply_rkey, budget)
             state.finish = "length"
-            return STATUS_COMPLETE
+            return ReplyStatus.COMPLETE
         runnable = [ToolCall(c.call_id, c.tool, c.input) for c in draft.runnable_calls]
         if runnable:
             if job.writer.can_write_parts:  # durable before any call begins (worker.resume)
@@ -647,14 +657,14 @@ async def answer(deps: TurnDeps, job: TurnJob, state: TurnState, timer: _Timer) 
                 log.warning("reply %s: tool results outgrew one record; cut there, finishReason length",
                             ask.reply_rkey)
                 state.finish = "length"
-                return STATUS_COMPLETE
+                return ReplyStatus.COMPLETE
         if draft.awaiting_approval:
-            return STATUS_AWAITING_APPROVAL
+            return ReplyStatus.AWAITING_APPROVAL
         if not runnable:
-            return STATUS_COMPLETE
+            return ReplyStatus.COMPLETE
         if len(parts) >= MAX_PARTS:
-            return STATUS_COMPLETE
-    return STATUS_COMPLETE
+            return ReplyStatus.COMPLETE
+    return ReplyStatus.COMPLETE
 
 
 class _ReplyFull(Exception):
@@ -724,7 +734,7 @@ async def run_turn(deps: TurnDeps, job: TurnJob) -> TurnReport:
     queue_ms = max(0.0, (start - job.received_at) * 1000)
     timer = _Timer()
     state = TurnState()
-    status = STATUS_ERROR
+    status = ReplyStatus.ERROR
     error_kind: str | None = None
     writer = job.writer
     cancelled: asyncio.CancelledError | None = None
@@ -763,15 +773,16 @@ async def run_turn(deps: TurnDeps, job: TurnJob) -> TurnReport:
         cancelled = e
         parts = current_parts()
         if job.cancel_reason == "superseded":
-            status = STATUS_CANCELLED
+            status = ReplyStatus.CANCELLED
         else:
-            status, error_kind = STATUS_ERROR, "interrupted"
+            status, error_kind = ReplyStatus.ERROR, "interrupted"
             error = ReplyError(kind="interrupted", message=error_message("interrupted"))
     except ClaimConflict:
         stop_reads(reads_token)
         log.warning("reply %s was taken over by someone else; dropping this turn", job.ask.reply_rkey)
-        deps.store.update_claim_status(deps.did, job.ask.reply_rkey, "cancelled", "claim_lost")
-        return TurnReport("lost", "claim_lost", _timing(deps, job, "lost", queue_ms, start, timer), state.steps,
+        deps.store.update_claim_status(deps.did, job.ask.reply_rkey, ReplyStatus.CANCELLED, "claim_lost")
+        return TurnReport(TurnOutcome.LOST, "claim_lost", _timing(deps, job, TurnOutcome.LOST, queue_ms, start, timer),
+                          state.steps,
                           writer.progress_writes, writer.points)
     except Exception as e:  # noqa: BLE001 - every failure after the claim becomes an error reply
         parts = current_parts()
@@ -780,7 +791,7 @@ async def run_turn(deps: TurnDeps, job: TurnJob) -> TurnReport:
                 f"the reply took longer than gelbridge's turn deadline ({deadline:g} s, [worker] turn_deadline)"))
         else:
             error_kind, msg = _error_of(e)
-        status = STATUS_ERROR
+        status = ReplyStatus.ERROR
         error = ReplyError(kind=error_kind, message=msg)
         log.warning("reply %s failed: %s (%s)", job.ask.reply_rkey, error_kind, type(e).__name__)
         if not isinstance(e, GelbridgeError):
@@ -790,14 +801,14 @@ async def run_turn(deps: TurnDeps, job: TurnJob) -> TurnReport:
     # every ending says what is known: the model (once chosen), the effort applied, the
     # usage billed so far, and a finish reason ("error" for an error)
     usage = usage_so_far()
-    finish = "error" if status == STATUS_ERROR else map_finish_reason(state.finish)
+    finish = "error" if status == ReplyStatus.ERROR else map_finish_reason(state.finish)
     try:
         if not writer.can_write_parts:
             parts = []
         parts, cut = fit_parts(parts, writer.content_budget)
-        if cut and status == STATUS_COMPLETE:
+        if cut and status == ReplyStatus.COMPLETE:
             finish = "length"
-        if status == STATUS_AWAITING_APPROVAL:  # before the write: only these may run on approval
+        if status == ReplyStatus.AWAITING_APPROVAL:  # before the write: only these may run on approval
             deps.store.add_calls(deps.did, job.ask.reply_rkey,
                                  [_digest(p) for p in waiting_call_parts(parts)], waiting=True)
         final = writer.final(
@@ -813,34 +824,35 @@ async def run_turn(deps: TurnDeps, job: TurnJob) -> TurnReport:
             await asyncio.wait_for(asyncio.shield(asyncio.ensure_future(final)), timeout=15)
         else:
             await final
-        deps.store.update_claim_status(deps.did, job.ask.reply_rkey, claim_status(status), error_kind)
+        deps.store.update_claim_status(deps.did, job.ask.reply_rkey, status, error_kind)
+        outcome = TurnOutcome(status)
     except ClaimConflict:
         # Someone else changed the reply since our last write: it is theirs now. Mark the
         # claim lost so recovery does not keep retrying a reply that is no longer ours.
         log.warning("reply %s was taken over by someone else before the final write", job.ask.reply_rkey)
-        deps.store.update_claim_status(deps.did, job.ask.reply_rkey, "cancelled", "claim_lost")
+        deps.store.update_claim_status(deps.did, job.ask.reply_rkey, ReplyStatus.CANCELLED, "claim_lost")
         error_kind = "claim_lost"
-        status = "lost"
+        outcome = TurnOutcome.LOST
     except Exception as e:  # noqa: BLE001 - the final write failed
         if is_refused_write(e):  # never retried: the model is not asked again either
             log.error("final write of %s was refused (%s); writing a minimal error reply instead",
                       job.ask.reply_rkey, type(e).__name__)
-            status, error_kind = await write_refused_reply(deps, writer, job.ask.reply_rkey, model=state.model,
+            outcome, error_kind = await write_refused_reply(deps, writer, job.ask.reply_rkey, model=state.model,
                                                           effort=state.effort, usage=usage)
         else:  # leave the claim unfinished: recovery finishes it
             log.error("final write of %s failed (%s); it stays claimed and is finished on restart",
                       job.ask.reply_rkey, type(e).__name__)
             error_kind = "write_failed"
-            status = "unfinished"
+            outcome = TurnOutcome.UNFINISHED
     if error_kind is not None:
         try:
             deps.store.record_error(_label(error_kind), account=deps.did, record_key=job.ask.reply_rkey, where="turn")
         except Exception:  # noqa: BLE001
             pass
-    timing = _timing(deps, job, status, queue_ms, start, timer)
+    timing = _timing(deps, job, outcome, queue_ms, start, timer)
     if cancelled is not None:
         raise cancelled
-    return TurnReport(status, error_kind, timing, state.steps, writer.progress_writes, writer.points,
+    return TurnReport(outcome, error_kind, timing, state.steps, writer.progress_writes, writer.points,
                       state.diagnostics + state.request_diagnostics)
 
 
@@ -852,25 +864,25 @@ REFUSED_MESSAGE = ("the reply could not be stored: the PDS refused it (too large
 async def write_refused_reply(
     deps: TurnDeps, writer: ReplyWriter, reply_rkey: str, *, model: ModelRef | None = None,
     effort: str | None = None, usage: Usage | None = None,
-) -> tuple[str, str]:
+) -> tuple[TurnOutcome, str]:
     """After the PDS refused a reply's final write for good: write a minimal error reply
     (no content). If even that fails, the claim is marked ``write_refused`` (still
     unfinished), so the recovery sweep retries this minimal write, never the turn (no
     second model call). Returns ``(status, error_kind)`` for the report."""
     try:
-        await writer.final([], status=STATUS_ERROR, model=model, effort=effort, usage=usage, finish_reason="error",
+        await writer.final([], status=ReplyStatus.ERROR, model=model, effort=effort, usage=usage, finish_reason="error",
                            error=ReplyError(kind="server_error", message=error_message("server_error",
                                                                                       detail=REFUSED_MESSAGE)))
     except ClaimConflict:
-        deps.store.update_claim_status(deps.did, reply_rkey, "cancelled", "claim_lost")
-        return "lost", "claim_lost"
+        deps.store.update_claim_status(deps.did, reply_rkey, ReplyStatus.CANCELLED, "claim_lost")
+        return TurnOutcome.LOST, "claim_lost"
     except Exception as e:  # noqa: BLE001
         log.error("minimal error reply for %s not written either (%s); the sweep retries it", reply_rkey,
                   type(e).__name__)
-        deps.store.update_claim_status(deps.did, reply_rkey, "pending", WRITE_REFUSED)
-        return "unfinished", WRITE_REFUSED
-    deps.store.update_claim_status(deps.did, reply_rkey, STATUS_ERROR, WRITE_REFUSED)
-    return STATUS_ERROR, WRITE_REFUSED
+        deps.store.update_claim_status(deps.did, reply_rkey, ReplyStatus.PENDING, WRITE_REFUSED)
+        return TurnOutcome.UNFINISHED, WRITE_REFUSED
+    deps.store.update_claim_status(deps.did, reply_rkey, ReplyStatus.ERROR, WRITE_REFUSED)
+    return TurnOutcome.ERROR, WRITE_REFUSED
 
 
 def _label(s: str) -> str:
@@ -878,7 +890,7 @@ def _label(s: str) -> str:
     return out or "unknown"
 
 
-def _timing(deps: TurnDeps, job: TurnJob, status: str, queue_ms: float, start: float, timer: _Timer) -> TurnTiming:
+def _timing(deps: TurnDeps, job: TurnJob, status: TurnOutcome, queue_ms: float, start: float, timer: _Timer) -> TurnTiming:
     total_ms = (time.monotonic() - start) * 1000
     write_ms = job.writer.write_ms + job.upload_ms
     read_ms = timer.reads.ms

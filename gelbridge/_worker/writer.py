@@ -42,8 +42,7 @@ from gelbridge._pds import PUT_RECORD_POINTS
 from gelbridge._records.constants import (
     MESSAGE_COLLECTION,
     ROLE_ASSISTANT,
-    STATUS_PENDING,
-    STATUS_STREAMING,
+    ReplyStatus,
 )
 from gelbridge._records.keys import AtUri
 from gelbridge._records.models import (
@@ -70,7 +69,7 @@ def reply_value(
     conversation: str,
     parent: str,
     content: Mapping[str, Any],
-    status: str,
+    status: ReplyStatus,
     created_at: str,
     updated_at: str | None = None,
     model: ModelRef | None = None,
@@ -86,7 +85,7 @@ def reply_value(
         "role": ROLE_ASSISTANT,
         "parent": parent,
         "content": dict(content),
-        "status": status,
+        "status": str(status),  # the plain wire string: record values hold JSON types only
         "createdAt": created_at,
     }
     if updated_at is not None:
@@ -276,7 +275,7 @@ class ReplyWriter:
         """Create-only write of the pending reply. Raises ClaimConflict if it exists."""
         value = reply_value(
             conversation=self.conversation, parent=self.message_rkey, content=self.content([]),
-            status=STATUS_PENDING, created_at=self.created_at,
+            status=ReplyStatus.PENDING, created_at=self.created_at,
         )
         t0 = time.perf_counter()
         async with self._lock:
@@ -315,7 +314,7 @@ class ReplyWriter:
             parts, _ = fit_parts(parts, self.content_budget)  # a progress write is a preview: cut quietly
             value = reply_value(
                 conversation=self.conversation, parent=self.message_rkey, content=self.content(parts),
-                status=STATUS_STREAMING, created_at=self.created_at, updated_at=now_datetime(),
+                status=ReplyStatus.STREAMING, created_at=self.created_at, updated_at=now_datetime(),
             )
             async with self._lock:
                 if self.lost:
@@ -338,7 +337,7 @@ class ReplyWriter:
             raise ClaimConflict(f"reply {self.reply_rkey} was changed by someone else; not overwriting it")
         value = reply_value(
             conversation=self.conversation, parent=self.message_rkey, content=self.content(parts),
-            status=STATUS_STREAMING, created_at=self.created_at, updated_at=now_datetime(),
+            status=ReplyStatus.STREAMING, created_at=self.created_at, updated_at=now_datetime(),
         )
         t0 = time.perf_counter()
         try:
@@ -368,7 +367,7 @@ class ReplyWriter:
         self,
         parts: Sequence[Part],
         *,
-        status: str,
+        status: ReplyStatus,
         model: ModelRef | None = None,
         effort: str | None = None,
         usage: Usage | None = None,

@@ -20,7 +20,7 @@ import pytest
 from gelbridge._dev.pds import AccountInfo, DevPds
 from gelbridge._mapping.cache import OpenedRecordCache
 from gelbridge._pds import PdsClient
-from gelbridge._records.constants import MESSAGE_COLLECTION, ROLE_USER, STATUS_COMPLETE
+from gelbridge._records.constants import MESSAGE_COLLECTION, ROLE_USER, ReplyStatus
 from gelbridge._records.keys import AtUri
 from gelbridge._records.models import (
     BlobRef,
@@ -81,7 +81,7 @@ async def write_reply_with_output_blob(
     await writer.claim()
     writer.add_blob(uploaded)
     part = ToolResultPart(call_id="c1", output="summary", output_blob=BlobRef.of(uploaded.ref, "text/plain", len(output)))
-    await writer.final([TextPart(text="done"), part], status=STATUS_COMPLETE)
+    await writer.final([TextPart(text="done"), part], status=ReplyStatus.COMPLETE)
     return uploaded
 
 

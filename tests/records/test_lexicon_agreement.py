@@ -287,3 +287,11 @@ def test_unknown_parts_round_trip_unchanged() -> None:
     pc = PlainContent.from_value({"parts": [unknown]})
     assert isinstance(pc.parts[0], UnknownPart)
     assert pc.to_value()["parts"] == [unknown]
+
+
+def test_reply_statuses_are_the_lexicons_known_values() -> None:
+    from gelbridge._records.constants import FINAL_STATUSES, ReplyStatus
+
+    status = DOCS["chat.gel.assistant.message"]["defs"]["main"]["record"]["properties"]["status"]
+    assert [s.value for s in ReplyStatus] == status["knownValues"]
+    assert FINAL_STATUSES == set(ReplyStatus) - {ReplyStatus.PENDING, ReplyStatus.STREAMING}

@@ -334,3 +334,21 @@ def test_open_state_uses_the_configured_dir(tmp_path: Path) -> None:
     settings = load_config(env={"GELBRIDGE_STATE_DIR": str(tmp_path / "st")})
     with open_state(settings) as s:
         assert s.path == tmp_path / "st" / DB_FILENAME
+
+
+def test_statuses_are_enums_and_rows_read_back_as_them(tmp_path: Path) -> None:
+    from gelbridge._records.constants import ReplyStatus
+    from gelbridge._state import CallState, claim_status
+
+    with StateStore(tmp_path / "s.db") as s:
+        s.record_claim("did:a", "m1", 0, "m1.r0", "c")
+        s.update_claim_status("did:a", "m1.r0", ReplyStatus.AWAITING_APPROVAL)
+        claim = s.get_claim("did:a", "m1.r0")
+        assert claim is not None and claim.status is ReplyStatus.AWAITING_APPROVAL and claim.status == "awaitingApproval"
+        entry = s.begin_tool_call(CallRef("did:a", "c", "call-1"), "m1.r0", "t", "digest")
+        assert entry.state is CallState.STARTED and entry.new and not entry.interrupted
+        s.finish_tool_call(CallRef("did:a", "c", "call-1"), b"sealed", "k1", False)
+        again = s.begin_tool_call(CallRef("did:a", "c", "call-1"), "m1.r0", "t", "digest")
+        assert again.state is CallState.FINISHED and again.finished and not again.new
+    with pytest.raises(ValueError, match="unknown claim status 'lost'"):
+        claim_status("lost")
