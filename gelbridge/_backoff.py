@@ -30,7 +30,7 @@ def backoff_delay(
     inside the cap: near it the factor's upper end shrinks to ``cap / raw``, so the
     delay never exceeds ``cap`` and is still spread below it.
     """
-    raw = min(cap, base * 2 ** min(max(failures - 1, 0), max_doublings))
+    raw = min(cap, base * 2.0 ** min(max(failures - 1, 0), max_doublings))
     low, high = spread
     if raw > 0:
         high = max(low, min(high, cap / raw))

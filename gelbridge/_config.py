@@ -314,7 +314,7 @@ _ENV_OVERRIDES: dict[str, tuple[str, str]] = {
 
 def _model_at(loc: tuple[Any, ...]) -> type[BaseModel] | None:
     """The settings model that holds the last key of ``loc`` (a pydantic error location)."""
-    model: Any = Settings
+    model: type[BaseModel] = Settings
     parts = list(loc[:-1])
     while parts:
         part = parts.pop(0)

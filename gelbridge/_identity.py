@@ -97,7 +97,7 @@ async def _handle_to_did(handle: str, cfg: IdentityConfig) -> str:
         found = await AsyncHandleResolver(timeout=cfg.timeout).resolve(handle)
     except Exception as e:  # noqa: BLE001
         raise _fail(handle, f"the handle lookup failed ({type(e).__name__})") from None
-    if not found:
+    if not isinstance(found, str) or not found:
         raise _fail(handle, "no _atproto DNS record and no /.well-known/atproto-did for the handle")
     return found
 

@@ -23,7 +23,7 @@ import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Final
+from typing import Any, Final, TypeVar
 from urllib.parse import urlsplit
 
 import httpx
@@ -43,6 +43,7 @@ from gelbridge._records.codec import bytes_json
 from gelbridge._records.keys import AtUri
 
 log = logging.getLogger("gelbridge.pds")
+_T = TypeVar("_T")
 
 DEFAULT_MAX_BLOB_BYTES: Final = 5 * 1024 * 1024  # reference PDS default upload limit
 DEFAULT_MAX_REPO_BYTES: Final = 256 * 1024 * 1024
@@ -707,7 +708,7 @@ class PdsClient:
                           client=True):
             return await self._with_retries(attempt, what, retry=retry)
 
-    async def _with_retries(self, attempt: Callable[[], Awaitable[Any]], what: str, *, retry: str) -> Any:
+    async def _with_retries(self, attempt: Callable[[], Awaitable[_T]], what: str, *, retry: str) -> _T:
         """Run ``attempt`` with bounded exponential backoff.
 
         ``read``: retry connection errors, timeouts, 5xx and 429. ``write``: retry only

@@ -312,9 +312,10 @@ _PLAIN_TO_JSON = PlainContent.__pydantic_serializer__.to_json
 
 def _new_sealed(key_id: str, nonce: bytes, ciphertext: bytes) -> EncryptedContent:
     # the compiled validator directly (what ``EncryptedContent(...)`` runs, minus ~0.5 µs)
-    return _ENCRYPTED_VALIDATOR.validate_python(
+    sealed: EncryptedContent = _ENCRYPTED_VALIDATOR.validate_python(
         {"scheme": SCHEME, "key_id": key_id, "nonce": nonce, "ciphertext": ciphertext}
     )
+    return sealed
 
 
 #: Parts whose fields are only strings, booleans and None (no nested model, no number).
@@ -535,7 +536,8 @@ def open_content(
     if type(value) is not dict or may_exceed(plaintext):
         value = _loads_object(plaintext, uri)  # raises the RecordError saying what is wrong
     try:
-        return _PLAIN_VALIDATOR.validate_python(value, by_alias=True, by_name=False)
+        opened: PlainContent = _PLAIN_VALIDATOR.validate_python(value, by_alias=True, by_name=False)
+        return opened
     except ValidationError as e:
         raise record_error(e, f"record {uri} (sealed content)") from None
 

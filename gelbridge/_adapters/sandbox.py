@@ -215,7 +215,8 @@ class LuaSandbox:
             if not msg.startswith(chunkname + ":"):
                 msg = f"{chunkname}: {msg}"
             raise AdapterLoadError(msg)
-        return json.loads(_text(value))
+        meta: dict[str, Any] = json.loads(_text(value))
+        return meta
 
     def call_string(self, fname: str, arg: str | bytes) -> str:
         """Call ``adapter.<fname>(arg)``; the script must return a string.

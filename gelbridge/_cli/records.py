@@ -112,7 +112,8 @@ def _json_form(value: dict[str, Any]) -> dict[str, Any]:
     from gelbridge._records.codec import to_json_form
     from gelbridge._records.nesting import cut
 
-    return to_json_form(cut(value))
+    shown: dict[str, Any] = to_json_form(cut(value))
+    return shown
 
 
 

@@ -179,8 +179,9 @@ def _text_of(content: Any, *, allow_tool_results: bool = False) -> str:
     if isinstance(content, str):
         return content
     if isinstance(content, Mapping):
-        if isinstance(content.get("text"), str) and not content.get("thought"):
-            return content["text"]
+        text = content.get("text")
+        if isinstance(text, str) and not content.get("thought"):
+            return text
         if allow_tool_results and content.get("type") == "tool_result":
             return _text_of(content.get("content"))
         return ""

@@ -179,7 +179,10 @@ def run_demo(*, text: str, timeout: float = 120.0, keep_dir: Path | None = None,
     """Run the demo; prints friendly progress to ``out``. Raises GelbridgeError on failure.
     With ``read_line`` (``--chat``), the chat goes on interactively in the same
     conversation (``gelbridge chat``) until the input ends."""
-    say = lambda s: print(s, file=out, flush=True)  # noqa: E731
+
+    def say(line: str) -> None:
+        print(line, file=out, flush=True)
+
     say("gelbridge demo: a local PDS, a sealed chat message, the worker and a local echo model\n")
     base = Path(keep_dir).expanduser().resolve() if keep_dir else Path(tempfile.mkdtemp(prefix="gelbridge-demo-"))
     base.mkdir(parents=True, exist_ok=True)

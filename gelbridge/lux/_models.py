@@ -75,7 +75,7 @@ class ToolKind(StrEnum):
     MCP = "mcp"
 
 
-def _table(enum: type[StrEnum]) -> dict[str, Any]:
+def _table(enum: type[StrEnum]) -> dict[str, str]:
     return {m.value: m for m in enum}
 
 

@@ -1,18 +1,3 @@
-"""Fixtures shared by the PDS tests (the PDS itself comes from tests/conftest.py)."""
+"""A logged-in PdsClient for these tests."""
 
-from __future__ import annotations
-
-from collections.abc import AsyncIterator
-
-import pytest
-
-from gelbridge._dev.pds import AccountInfo, DevPds
-from gelbridge._pds import PdsClient
-
-
-@pytest.fixture
-async def client(dev_pds: DevPds, pds_account: AccountInfo) -> AsyncIterator[PdsClient]:
-    """A PdsClient logged in to a fresh account with its app password."""
-    async with PdsClient(dev_pds.pds_url) as c:
-        await c.login(pds_account.handle, pds_account.app_password)
-        yield c
+from testkit.pds_client import client  # noqa: F401 - a fixture
