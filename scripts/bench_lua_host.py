@@ -19,7 +19,7 @@ from gelbridge._adapters.host import load_adapter
 from gelbridge._adapters.sandbox import SandboxLimits, available_engines
 
 ROOT = Path(__file__).resolve().parent.parent
-IDENTITY = ROOT / "tests" / "adapters_host" / "scripts" / "identity.lua"
+IDENTITY = ROOT / "tests" / "adapters" / "host" / "scripts" / "identity.lua"
 
 
 def request_9kb() -> str:
