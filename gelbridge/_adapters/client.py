@@ -67,6 +67,7 @@ from gelbridge.lux import (
     StreamAccumulator,
     StreamEvent,
     normalize_error_kind,
+    strip_foreign_provider_data,
 )
 
 if TYPE_CHECKING:
@@ -301,15 +302,49 @@ class ModelClient:
         model = request.model
         with tracing.span(f"chat {model}", lambda: self._span_attributes(provider, model, prep), client=True) as sp:
             try:
-                if prep.stream:
-                    resp, diags = await self._stream(adapter, transport, prep, provider, model, timing, on_event)
-                else:
-                    resp, diags = await self._once(adapter, transport, prep, provider, model, timing)
+                try:
+                    resp, diags = await self._call(adapter, transport, prep, provider, model, timing, on_event)
+                except ProviderError as e:
+                    retry = self._without_refused_state(request, adapter, e, provider=provider, stream=stream)
+                    if retry is None:
+                        raise
+                    prep = retry
+                    resp, diags = await self._call(adapter, transport, prep, provider, model, timing, on_event)
             finally:
                 timing.total_ms = (time.perf_counter() - t_start) * 1000
             if sp is not None:
                 _span_response(sp, resp)
         return ModelResult(resp, prep.diagnostics + diags, timing, provider, model, prep.stream)
+
+    async def _call(self, adapter: Adapter, transport: ProviderTransport, prep: PreparedRequest, provider: str,
+                    model: str, timing: ModelTiming, on_event: Callable[[StreamEvent], None] | None,
+                    ) -> tuple[LuxResponse, list[Diagnostic]]:
+        if prep.stream:
+            return await self._stream(adapter, transport, prep, provider, model, timing, on_event)
+        return await self._once(adapter, transport, prep, provider, model, timing)
+
+    def _without_refused_state(self, request: LuxRequest, adapter: Adapter, error: ProviderError, *,
+                               provider: str, stream: bool | None) -> PreparedRequest | None:
+        """The request prepared again without any provider_data, when the provider
+        refused the opaque state sent back (a code the adapter declares in
+        ``provider_state_errors``, e.g. OpenAI's ``invalid_encrypted_content``) and
+        nothing was streamed yet; None when that does not apply (then the error stands).
+        Called once per model call: the second answer is final."""
+        code = error.provider_code
+        if code is None or code not in adapter.options.provider_state_errors:
+            return None
+        partial = getattr(error, "partial", None)
+        if partial is not None and any(c.message.content for c in partial.choices):
+            return None  # something was already shown: not silently replaced
+        stripped, removed = strip_foreign_provider_data(request, "", "")
+        if not removed:
+            return None
+        prep = self.prepare(stripped, provider=provider, stream=stream)
+        prep.diagnostics.insert(0, Diagnostic(
+            "provider_data", ConversionStatus.DEGRADED,
+            f"the provider refused the reasoning state of earlier turns ({code[:60]}); "
+            f"sent again without it ({len(removed)} block(s))"))
+        return prep
 
     def _span_attributes(self, provider: str, model: str, prep: PreparedRequest) -> dict[str, Any]:
         """The GenAI semantic conventions' request attributes (no content)."""

@@ -169,6 +169,9 @@ class AdapterOptions:
     """bearer | x-api-key | x-goog-api-key | none; None: by adapter name (transport)."""
     tool_call_id: ToolCallIdRule | None = None
     """Which tool-call ids the provider accepts; others are mapped (``_adapters/ids.py``)."""
+    provider_state_errors: frozenset[str] = frozenset()
+    """Provider error codes meaning "the opaque state (provider_data) you sent back is not
+    valid here": the client sends the request once more without any provider_data."""
 
 
 class StreamSession:
@@ -373,12 +376,13 @@ end)(...)
 if type(__gelbridge_a) == "table" then
   local a = __gelbridge_a
   local ok, s = pcall(json.encode, json.object({ format = a.format, stream_endpoint = a.stream_endpoint,
-    stream_format = a.stream_format, auth = a.auth, tool_call_id = a.tool_call_id }))
+    stream_format = a.stream_format, auth = a.auth, tool_call_id = a.tool_call_id,
+    provider_state_errors = a.provider_state_errors }))
   rawset(a, "__gelbridge_meta", function() if ok then return s end return "!" .. tostring(s) end)
 end
 return __gelbridge_a
 """
-_META_KEYS = ("format", "stream_endpoint", "stream_format", "auth", "tool_call_id")
+_META_KEYS = ("format", "stream_endpoint", "stream_format", "auth", "tool_call_id", "provider_state_errors")
 
 
 def _read_options(source: bytes, chunkname: str, limits: SandboxLimits, services: AdapterServices,
@@ -408,4 +412,10 @@ def _read_options(source: bytes, chunkname: str, limits: SandboxLimits, services
     if auth is not None and auth not in AUTH_STYLES:
         raise AdapterLoadError(f"{where}: adapter.auth must be one of {list(AUTH_STYLES)}")
     rule = ToolCallIdRule.from_script(meta.get("tool_call_id"), where)
-    return AdapterOptions(format=fmt, stream_endpoint=se, stream_format=sf, auth=auth, tool_call_id=rule)
+    codes = meta.get("provider_state_errors")
+    if codes is None or codes == {}:  # an empty Lua table reads as an empty object
+        codes = []
+    if not isinstance(codes, list) or not all(isinstance(c, str) and 0 < len(c) <= 100 for c in codes):
+        raise AdapterLoadError(f"{where}: adapter.provider_state_errors must be a list of error code strings")
+    return AdapterOptions(format=fmt, stream_endpoint=se, stream_format=sf, auth=auth, tool_call_id=rule,
+                          provider_state_errors=frozenset(codes))

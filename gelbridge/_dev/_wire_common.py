@@ -68,6 +68,7 @@ class Fail:
     status: int = 500
     message: str = "scripted failure"
     retry_after: float | None = None
+    code: str | None = None  # the provider's error code, where its error shape has one (OpenAI's)
 
 
 @dataclass(frozen=True)
@@ -134,6 +135,9 @@ class WireContext:
     include_usage: bool = False  # OpenAI stream_options.include_usage
     openai_reasoning_field: str = "reasoning_content"
     gemini_call_ids: bool = True
+    encrypted_reasoning: bool = False  # Responses: include ["reasoning.encrypted_content"]
+    request_tools: tuple[Any, ...] = ()  # Responses: echoed in the response object
+    cached_tokens: int = 0  # input tokens the server's prompt cache served (usage)
 
 
 # ---------------------------------------------------------------- pure helpers
@@ -192,13 +196,18 @@ def _text_of(content: Any, *, allow_tool_results: bool = False) -> str:
 
 
 def last_user_text(body: Any) -> str:
-    """The last user-authored text of a request in OpenAI, Anthropic, Gemini or Ollama
-    shape; "" when there is none. Tolerates any malformed input."""
+    """The last user-authored text of a request in OpenAI (Chat Completions or
+    Responses), Anthropic, Gemini or Ollama shape; "" when there is none. Tolerates any
+    malformed input."""
     if not isinstance(body, Mapping):
         return ""
+    if isinstance(body.get("input"), str):
+        return str(body["input"])
     messages = body.get("messages")
     if not isinstance(messages, list):
         messages = body.get("contents")
+    if not isinstance(messages, list):
+        messages = body.get("input")
     if not isinstance(messages, list):
         return _text_of(body.get("prompt")) if "prompt" in body else ""
     for message in reversed(messages):
@@ -220,12 +229,16 @@ def prompt_text(body: Any) -> str:
     if not isinstance(body, Mapping):
         return ""
     parts: list[str] = []
-    system = body.get("system") or body.get("systemInstruction") or body.get("system_instruction")
+    system = (body.get("system") or body.get("systemInstruction") or body.get("system_instruction")
+              or body.get("instructions"))
     if system:
         parts.append(_text_of(system if not isinstance(system, Mapping) else system.get("parts", system)))
-    for message in body.get("messages") or body.get("contents") or []:
+    items = body.get("messages") or body.get("contents") or body.get("input") or []
+    if isinstance(items, str):
+        items = [{"content": items}]
+    for message in items if isinstance(items, list) else []:
         if isinstance(message, Mapping):
             parts.append(
-                _text_of(message.get("content", message.get("parts")), allow_tool_results=True)
+                _text_of(message.get("content", message.get("parts", message.get("output"))), allow_tool_results=True)
             )
     return "\n".join(p for p in parts if p)

@@ -57,9 +57,9 @@ def wants_stream(body: Mapping[str, Any]) -> bool:
     return body.get("stream") is True
 
 
-def error_body(status: int, message: str) -> dict[str, Any]:
-    err_type, code = _ERROR_TYPES.get(status, ("server_error" if status >= 500 else "invalid_request_error", None))
-    return {"error": {"message": message, "type": err_type, "param": None, "code": code}}
+def error_body(status: int, message: str, code: str | None = None) -> dict[str, Any]:
+    err_type, default = _ERROR_TYPES.get(status, ("server_error" if status >= 500 else "invalid_request_error", None))
+    return {"error": {"message": message, "type": err_type, "param": None, "code": code or default}}
 
 
 def _id(ctx: WireContext) -> str:

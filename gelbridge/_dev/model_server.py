@@ -7,6 +7,7 @@ of `Turn`s and failure items (see `_wire_common`), rendered per provider by the 
 
 Routes (any path prefix is accepted where noted, for OpenAI-compatible hosts):
   POST .../chat/completions                       OpenAI Chat Completions (SSE when stream)
+  POST .../responses                              OpenAI Responses (typed SSE events when stream)
   POST .../v1/messages                            Anthropic Messages (SSE when stream)
   POST /{v1,v1beta,v1alpha}/models/{m}:generateContent          Gemini
   POST /{v1,v1beta,v1alpha}/models/{m}:streamGenerateContent    Gemini (?alt=sse or JSON array)
@@ -35,7 +36,7 @@ from types import ModuleType
 from typing import Any
 from urllib.parse import parse_qsl, urlsplit
 
-from gelbridge._dev import _wire_anthropic, _wire_gemini, _wire_ollama, _wire_openai
+from gelbridge._dev import _wire_anthropic, _wire_gemini, _wire_ollama, _wire_openai, _wire_openai_responses
 from gelbridge._dev._wire_common import (
     CutStream,
     Delay,
@@ -378,6 +379,9 @@ class _Handler(BaseHTTPRequestHandler):
         elif _wire_openai.matches(path):
             wire = _wire_openai
             stream = not bad_json and _wire_openai.wants_stream(body)
+        elif _wire_openai_responses.matches(path):
+            wire = _wire_openai_responses
+            stream = not bad_json and _wire_openai_responses.wants_stream(body)
         elif _wire_anthropic.matches(path):
             wire = _wire_anthropic
             stream = not bad_json and _wire_anthropic.wants_stream(body)
@@ -422,6 +426,8 @@ class _Handler(BaseHTTPRequestHandler):
             include_usage=bool((body.get("stream_options") or {}).get("include_usage")),
             openai_reasoning_field=owner.openai_reasoning_field,
             gemini_call_ids=owner.gemini_call_ids,
+            encrypted_reasoning=_wire_openai_responses.ENCRYPTED_INCLUDE in (body.get("include") or ()),
+            request_tools=tuple(body.get("tools") or ()) if isinstance(body.get("tools"), list) else (),
         )
         self._serve_item(wire, item, ctx, body, stream, sse, extra)
 
@@ -429,6 +435,8 @@ class _Handler(BaseHTTPRequestHandler):
     def _auth_message(wire: ModuleType) -> str:
         return {
             _wire_openai: "Incorrect API key provided. Set the key the local model server was started with.",
+            _wire_openai_responses: "Incorrect API key provided. Set the key the local model server was started "
+                                    "with.",
             _wire_anthropic: "invalid x-api-key",
             _wire_gemini: "API key not valid. Please pass a valid API key.",
         }.get(wire, "unauthorized")
@@ -437,7 +445,7 @@ class _Handler(BaseHTTPRequestHandler):
     def _id_headers(wire: ModuleType, seq: int) -> dict[str, str]:
         if wire is _wire_anthropic:
             return {"request-id": f"req_{seq:06d}"}
-        if wire is _wire_openai:
+        if wire is _wire_openai or wire is _wire_openai_responses:
             return {"x-request-id": f"req_{seq:06d}"}
         return {}
 
@@ -450,7 +458,8 @@ class _Handler(BaseHTTPRequestHandler):
             if retry_after is not None:
                 headers["Retry-After"] = f"{retry_after:g}"
                 headers["retry-after-ms"] = str(int(retry_after * 1000))
-            error = wire.error_body(status, item.message)
+            code = getattr(item, "code", None)
+            error = wire.error_body(status, item.message, code) if code else wire.error_body(status, item.message)
             if wire is _wire_anthropic and "request-id" in extra:
                 error["request_id"] = extra["request-id"]
             self._send_json(status, error, headers)

@@ -12,7 +12,7 @@ from gelbridge.lux import LuxRequest, Message, Options, Text, Thinking, Tool, To
 from testkit import builtin_harness as harness
 
 MODELS = {"openai": "gpt-4o", "anthropic": "claude-sonnet-4-5", "gemini": "gemini-2.5-flash",
-          "ollama": "llama3.2", "deepseek": "deepseek-chat"}
+          "ollama": "llama3.2", "deepseek": "deepseek-chat", "openai-responses": "gpt-5"}
 TOOLS = [Tool("lookup", {"type": "object", "properties": {"q": {"type": "string"}}, "required": ["q"]},
               "Look something up"),
          Tool("now", {"type": "object", "properties": {}}, "The time")]
@@ -84,6 +84,7 @@ FINISH = {  # (scripted finish, expected Lux finish) per adapter
     "gemini": [("length", "length"), ("content_filter", "safety"), ("RECITATION", "recitation"),
                ("MALFORMED_FUNCTION_CALL", "malformed_tool_call")],
     "ollama": [("length", "length"), ("stop", "stop")],
+    "openai-responses": [("length", "length"), ("content_filter", "content_filter"), ("stop", "stop")],
 }
 
 
@@ -126,7 +127,8 @@ async def test_stream_cut_midway(name, srv, stream):
 
 
 async def test_mid_stream_error_event(name, srv):
-    srv.enqueue(MidStreamError(after_chunks=4, status=429, message="too many",
+    # the Responses API opens with four events (created, in_progress, item and part added)
+    srv.enqueue(MidStreamError(after_chunks=8 if name == "openai-responses" else 4, status=429, message="too many",
                                turn=Turn(text="partial answer text here", chunk_size=3)))
     with pytest.raises(ProviderError) as ei:
         await harness.complete(srv, name, request(name), stream=True)

@@ -10,9 +10,9 @@ from testkit import builtin_harness as harness
 
 SIG = "c2lnLTE="
 MODELS = {"openai": "gpt-4o", "anthropic": "claude-sonnet-4-5", "gemini": "gemini-2.5-flash",
-          "ollama": "llama3.2", "deepseek": "deepseek-reasoner"}
+          "ollama": "llama3.2", "deepseek": "deepseek-reasoner", "openai-responses": "gpt-5"}
 OTHER_MODEL = {"openai": "gpt-4.1", "anthropic": "claude-opus-4-1", "gemini": "gemini-2.5-pro",
-               "ollama": "qwen3", "deepseek": "deepseek-chat"}
+               "ollama": "qwen3", "deepseek": "deepseek-chat", "openai-responses": "gpt-5-mini"}
 TOOLS = [Tool("lookup", {"type": "object", "properties": {"q": {"type": "string"}}})]
 
 
