@@ -147,6 +147,85 @@ def test_openai_sdk_sees_cut_stream_and_malformed_body(server: ModelServer) -> N
         _openai(server).chat.completions.create(model="m", messages=[{"role": "user", "content": "x"}])
 
 
+# ------------------------------------------------------------------ OpenAI Responses
+
+RESPONSES_TOOLS = [{"type": "function", "name": "get_weather", "strict": False,
+                    "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}},
+                   {"type": "function", "name": "now", "strict": False,
+                    "parameters": {"type": "object", "properties": {}}}]
+
+
+def _responses(server: ModelServer, **kw: object) -> openai.types.responses.Response:
+    return _openai(server).responses.create(model="gpt-5", input="weather?", tools=RESPONSES_TOOLS,
+                                            include=["reasoning.encrypted_content"], store=False, **kw)
+
+
+def test_openai_sdk_parses_a_full_response_and_it_validates(server: ModelServer) -> None:
+    from openai.types.responses import Response
+
+    server.enqueue(RICH)
+    r = _responses(server)
+    Response.model_validate(r.model_dump())  # every required field, typed (the SDK itself only constructs)
+    assert [o.type for o in r.output] == ["reasoning", "message", "function_call", "function_call", "function_call"]
+    reasoning = r.output[0]
+    assert reasoning.summary[0].text == RICH.reasoning and reasoning.encrypted_content == GEMINI_SIG
+    assert r.output_text == RICH.text and r.status == "completed"
+    calls = [(o.call_id, o.name, o.arguments) for o in r.output if o.type == "function_call"]
+    assert calls == [("call_a", "get_weather", '{"city":"Paris","units":{"temp":"C"}}'),
+                     ("call_b", "get_weather", '{"city":"Oslo"}'), (calls[2][0], "now", "{}")]
+    assert (r.usage.input_tokens, r.usage.output_tokens, r.usage.total_tokens) == (120, 80, 200)
+    assert r.usage.output_tokens_details.reasoning_tokens == 30 and r.usage.input_tokens_details.cached_tokens == 0
+    assert [t.name for t in r.tools] == ["get_weather", "now"]
+
+
+def test_openai_responses_without_include_has_no_encrypted_content(server: ModelServer) -> None:
+    server.enqueue(Turn(text="ok", reasoning="brief"))
+    r = _openai(server).responses.create(model="gpt-5", input="x")
+    assert r.output[0].type == "reasoning" and r.output[0].encrypted_content is None
+
+
+def test_openai_sdk_stream_events_validate_and_accumulate(server: ModelServer) -> None:
+    from openai.types.responses import ResponseStreamEvent
+    from pydantic import TypeAdapter
+
+    events = TypeAdapter(ResponseStreamEvent)
+    server.enqueue(RICH)
+    with _openai(server).responses.stream(model="gpt-5", input="weather?", tools=RESPONSES_TOOLS,
+                                          include=["reasoning.encrypted_content"], store=False) as stream:
+        seen = [e for e in stream]
+        final = stream.get_final_response()
+    for e in seen:
+        events.validate_python(e.model_dump(warnings=False))  # the parsed subclasses warn on dump
+    kinds = [e.type for e in seen]
+    assert kinds[:2] == ["response.created", "response.in_progress"] and kinds[-1] == "response.completed"
+    assert [e.sequence_number for e in seen] == list(range(len(seen)))
+    summary = "".join(e.delta for e in seen if e.type == "response.reasoning_summary_text.delta")
+    text = "".join(e.delta for e in seen if e.type == "response.output_text.delta")
+    assert summary == RICH.reasoning and text == RICH.text
+    done = [e.item for e in seen if e.type == "response.output_item.done"]
+    assert done[0].type == "reasoning" and done[0].encrypted_content == GEMINI_SIG
+    assert final.output_text == RICH.text and final.usage.total_tokens == 200
+    assert [o.arguments for o in final.output if o.type == "function_call"] == [
+        '{"city":"Paris","units":{"temp":"C"}}', '{"city":"Oslo"}', "{}"]
+
+
+def test_openai_responses_incomplete_and_typed_errors(server: ModelServer) -> None:
+    server.enqueue(Turn(text="cut", finish="length"))
+    r = _openai(server).responses.create(model="gpt-5", input="x")
+    assert r.status == "incomplete" and r.incomplete_details.reason == "max_output_tokens"
+
+    server.enqueue(Fail(400, "could not verify", code="invalid_encrypted_content"))
+    with pytest.raises(openai.BadRequestError) as bad:
+        _openai(server).responses.create(model="gpt-5", input="x")
+    assert bad.value.code == "invalid_encrypted_content"
+    with pytest.raises(openai.AuthenticationError):
+        _openai(server, key="wrong").responses.create(model="gpt-5", input="x")
+    server.enqueue(MidStreamError(after_chunks=3, status=500, message="boom"))
+    with _openai(server).responses.create(model="gpt-5", input="x", stream=True) as stream:
+        kinds = [e.type for e in stream]
+    assert kinds[-1] == "error"
+
+
 async def test_async_openai_sdk_streams_from_event_loop(server: ModelServer) -> None:
     client = openai.AsyncOpenAI(base_url=server.url + "/v1", api_key=KEY, max_retries=0)
     server.enqueue(Turn(text="async works", chunk_size=2))

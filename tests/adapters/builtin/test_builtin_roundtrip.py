@@ -123,3 +123,42 @@ async def test_ollama_sends_thinking_and_object_arguments(open_server, stream):
     assert a["thinking"] == "I should look it up"
     assert a["tool_calls"] == [{"function": {"name": "lookup", "arguments": {"q": "x"}}}]
     assert t == {"role": "tool", "content": "42", "tool_name": "lookup"}
+
+
+async def test_openai_responses_sends_encrypted_reasoning_before_its_call(server, stream):
+    calls, body = await two_turns("openai-responses", server, stream)
+    assert body["store"] is False and body["include"] == ["reasoning.encrypted_content"]
+    assert body["input"] == [
+        {"role": "user", "content": "what is x?"},
+        {"type": "reasoning", "encrypted_content": SIG,
+         "summary": [{"type": "summary_text", "text": "I should look it up"}]},
+        {"type": "function_call", "call_id": calls[0].id, "name": "lookup", "arguments": '{"q":"x"}'},
+        {"type": "function_call_output", "call_id": calls[0].id, "output": "42"},
+    ]
+    assert body["tools"] == [{"type": "function", "name": "lookup", "strict": False,
+                              "parameters": {"type": "object", "properties": {"q": {"type": "string"}}}}]
+
+
+async def test_openai_responses_drops_reasoning_for_another_model(server, stream):
+    _, body = await two_turns("openai-responses", server, stream, second_model=OTHER_MODEL["openai-responses"])
+    assert [i.get("type", "message") for i in body["input"]] == ["message", "function_call", "function_call_output"]
+    assert SIG not in str(body)
+
+
+async def test_openai_responses_request_options(server):
+    from gelbridge.lux import Media, MediaSource, ReasoningConfig, ToolChoice
+
+    image = Media("image", "image/png", MediaSource("inline", "iVBORw0KGgo="))
+    req = LuxRequest(model="gpt-5", instructions=[Text("Be brief.")],
+                     conversation=[Message("user", [Text("look"), image])],
+                     options=Options(stream=False, max_output_tokens=500, temperature=0.2, stop=["END"]),
+                     tools=TOOLS, tool_choice=ToolChoice.specific("lookup"), reasoning=ReasoningConfig.from_effort("high"))
+    await harness.complete(server, "openai-responses", req, stream=False)
+    body = server.requests[-1].body
+    assert body["instructions"] == "Be brief." and body["max_output_tokens"] == 500 and body["temperature"] == 0.2
+    assert body["input"] == [{"role": "user", "content": [
+        {"type": "input_text", "text": "look"},
+        {"type": "input_image", "image_url": "data:image/png;base64,iVBORw0KGgo=", "detail": "auto"}]}]
+    assert body["tool_choice"] == {"type": "function", "name": "lookup"}
+    assert body["reasoning"] == {"effort": "high", "summary": "auto"}
+    assert "stop" not in body and "stream" not in body
