@@ -11,6 +11,8 @@
 -- Response: thinking (signature kept in thinking.signature and provider_data),
 --           redacted_thinking (provider_data.data.redacted_data), text, tool_use;
 --           stop_reason mapped; usage with prompt = input + cache read + cache write.
+-- Caching: cache_control breakpoints on tools, system, the previous request's end and
+--           this request's end (off with [providers.x] prompt_cache = false).
 -- Stream:   the content-block lifecycle 1:1 (signature deltas, redacted blocks),
 --           message_delta -> usage + finish, message_stop -> done, error -> error.
 -- Written for gelbridge (not derived from other adapters).
@@ -188,6 +190,39 @@ local function build_messages(conv)
   return out
 end
 
+-- Prompt caching (Anthropic caches only up to explicit breakpoints, at most 4): the
+-- last tool, the last system block, the end of the previous request's prompt (the
+-- message before the last assistant turn: what the previous turn or tool step wrote to
+-- the cache, read back now exactly) and the end of this request (written now, read by
+-- the next turn). Thinking blocks cannot carry a breakpoint: the last other block does.
+local EPHEMERAL = { type = "ephemeral" }
+
+local function mark_last(blocks)
+  if type(blocks) ~= "table" then return end
+  for i = #blocks, 1, -1 do
+    local t = blocks[i].type
+    if t ~= "thinking" and t ~= "redacted_thinking" then
+      blocks[i].cache_control = EPHEMERAL
+      return
+    end
+  end
+end
+
+local function cache_breakpoints(body)
+  if body.tools then mark_last(body.tools) end
+  if body.system then mark_last(body.system) end
+  local msgs = body.messages
+  local n = #msgs
+  if n == 0 then return end
+  mark_last(msgs[n].content)
+  for i = n - 1, 2, -1 do
+    if msgs[i].role == "assistant" then
+      mark_last(msgs[i - 1].content)
+      return
+    end
+  end
+end
+
 local function tool_definition(t, parameters)
   local d = { name = t.name, input_schema = parameters }
   if t.description then d.description = t.description end
@@ -252,6 +287,7 @@ function adapter.transform_request(lux_json)
     if k ~= "parallel_tool_calls" and k ~= "model" and k ~= "messages" and k ~= "stream"
       and k ~= "previous_response_id" then body[k] = v end
   end
+  if luxkit.prompt_cache_on(req) then cache_breakpoints(body) end
   return jencode(body)
 end
 

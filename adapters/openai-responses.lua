@@ -199,6 +199,9 @@ function adapter.transform_request(lux_json)
     body.reasoning = { effort = effort or "medium", summary = "auto" }
   end
 
+  local key = luxkit.prompt_cache_key(req)
+  if key then body.prompt_cache_key = key end
+
   local extras = o.extras
   if type(extras) == "table" then
     for k, v in pairs(extras) do

@@ -96,6 +96,19 @@ class ProviderConfig(_Section):
     deadline: float = Field(600.0, gt=0)
     max_retries: int = 3
     tool_call_id: ToolCallIdConfig | None = None
+    #: prompt caching: Anthropic cache_control breakpoints, OpenAI prompt_cache_key per
+    #: conversation. None (auto): on, except for the openai adapter on a host other than
+    #: api.openai.com (OpenAI-compatible hosts may refuse the unknown prompt_cache_key)
+    prompt_cache: bool | None = None
+
+    def caches_prompts(self) -> bool:
+        if self.prompt_cache is not None:
+            return self.prompt_cache
+        if self.adapter == "openai":
+            from urllib.parse import urlsplit
+
+            return (urlsplit(self.base_url).hostname or "") == "api.openai.com"
+        return True
 
 
 class AdaptersConfig(_Section):

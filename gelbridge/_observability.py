@@ -59,6 +59,9 @@ class Metrics:
                                "delivered its last event (the firehose/Jetstream lag bound).", ["source"], registry=r)
         self.connected = Gauge("gelbridge_source_connected", "1 while the event source is connected.", ["source"],
                                registry=r)
+        self.input_tokens = Counter("gelbridge_model_input_tokens", "Model input tokens of finished turns, by "
+                                    "what the provider's prompt cache made of them (uncached, cache_read, "
+                                    "cache_write).", ["account", "kind"], registry=r)
         self.points_remaining = Gauge("gelbridge_pds_write_points_remaining", "The account's PDS write points "
                                       "left in the current window, from the PDS's ratelimit-remaining header "
                                       "(absent while the PDS sends none).", ["account"], registry=r)
@@ -73,6 +76,11 @@ class Metrics:
         self.bridge_ms.labels(account).observe(max(0.0, float(t.bridge_ms)))
         self.model_s.labels(account).observe(max(0.0, float(t.model_ms)) / 1000)
         self.write_points.labels(account).inc(int(report.points))  # claim, progress, checkpoints, final
+        read, written = t.cached_tokens or 0, t.cache_write_tokens or 0
+        if t.input_tokens is not None:
+            self.input_tokens.labels(account, "uncached").inc(max(0, t.input_tokens - read - written))
+            self.input_tokens.labels(account, "cache_read").inc(read)
+            self.input_tokens.labels(account, "cache_write").inc(written)
 
     def tool_outcome(self, account: str, is_error: bool) -> None:
         self.tool_runs.labels(account, "error" if is_error else "ok").inc()

@@ -179,6 +179,11 @@ class TurnTiming:
     at: float = 0.0  # set by record_turn when 0
     read_ms: float | None = None  # PDS reads inside the turn; None for turns recorded before schema v2
     points: int | None = None  # PDS write points of the reply's writes (claim, progress, final); None before v4
+    #: the model's input tokens over the turn's steps, and how many of them the provider's
+    #: prompt cache served and took in (None before v5, or when the provider did not say)
+    input_tokens: int | None = None
+    cached_tokens: int | None = None
+    cache_write_tokens: int | None = None
 
     @property
     def total_ms(self) -> float:
@@ -337,6 +342,12 @@ _MIGRATIONS: list[str | Callable[[sqlite3.Connection], None]] = [
         seen_at REAL NOT NULL
     );
     CREATE INDEX turns_account_at ON turns (account, at);
+    """,
+    # v5: prompt caching: input tokens per turn, and the share the provider's cache served
+    """
+    ALTER TABLE turns ADD COLUMN input_tokens INTEGER;
+    ALTER TABLE turns ADD COLUMN cached_tokens INTEGER;
+    ALTER TABLE turns ADD COLUMN cache_write_tokens INTEGER;
     """,
 ]
 
@@ -727,9 +738,11 @@ class StateStore:
         with self._tx() as db:
             db.execute(
                 "INSERT INTO turns (at, account, reply_rkey, status, queue_ms, bridge_ms, model_ms, write_ms, "
-                "read_ms, points) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                "read_ms, points, input_tokens, cached_tokens, cache_write_tokens) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (at, timing.account, timing.reply_rkey, timing.status, timing.queue_ms,
-                 timing.bridge_ms, timing.model_ms, timing.write_ms, timing.read_ms, timing.points),
+                 timing.bridge_ms, timing.model_ms, timing.write_ms, timing.read_ms, timing.points,
+                 timing.input_tokens, timing.cached_tokens, timing.cache_write_tokens),
             )
             db.execute("DELETE FROM turns WHERE id <= (SELECT MAX(id) FROM turns) - ?", (TURNS_KEPT,))
 
@@ -737,8 +750,8 @@ class StateStore:
         """The newest turn timings (of ``account`` only, when given)."""
         where, args = ("WHERE account = ? ", (account,)) if account is not None else ("", ())
         rows = self._read(
-            "SELECT reply_rkey, account, status, queue_ms, bridge_ms, model_ms, write_ms, at, read_ms, points "
-            f"FROM turns {where}ORDER BY id DESC LIMIT ?",
+            "SELECT reply_rkey, account, status, queue_ms, bridge_ms, model_ms, write_ms, at, read_ms, points, "
+            f"input_tokens, cached_tokens, cache_write_tokens FROM turns {where}ORDER BY id DESC LIMIT ?",
             (*args, limit),
         )
         return [TurnTiming(*r) for r in rows]

@@ -35,7 +35,8 @@ def _has_tests(folder: Path) -> bool:
 def test_every_test_folder_names_a_module_of_the_package() -> None:
     strays = []
     folders = 0
-    for folder in sorted(p for p in TESTS.iterdir() if p.is_dir() and not p.name.startswith(("_", "."))):
+    for folder in sorted(p for p in TESTS.iterdir() if p.is_dir() and not p.name.startswith(("_", "."))
+                         and any(folder_file for folder_file in p.rglob("*.py"))):  # not a stale __pycache__
         if folder.name in CROSS_CUTTING:
             continue
         folders += 1

@@ -248,6 +248,8 @@ class ModelClient:
                               f"(models: {', '.join(cfg.models) or 'none'}); add it to models or pick another")
         adapter = self.adapter_for(provider)
         diags: list[Diagnostic] = []
+        if not cfg.caches_prompts():  # the adapters read metadata.prompt_cache
+            request = replace(request, metadata={**(request.metadata or {}), "prompt_cache": "off"})
         want = request.options.stream if stream is None else stream
         if want and not adapter.has_stream_transform:
             diags.append(Diagnostic("options.stream", ConversionStatus.DEGRADED,

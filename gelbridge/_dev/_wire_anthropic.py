@@ -82,12 +82,14 @@ def _has_thinking(turn: Turn) -> bool:
 
 
 def _usage(turn: Turn, ctx: WireContext, output_tokens: int | None = None) -> dict[str, Any]:
-    u = resolve_usage(turn, ctx.prompt_text)
-    return {
-        "input_tokens": u.input_tokens,
+    u = resolve_usage(turn, ctx.prompt_text, ctx.prompt_tokens)
+    read = min(ctx.cached_tokens, u.input_tokens)
+    written = min(ctx.cache_write_tokens, u.input_tokens - read)
+    return {  # input_tokens: what is neither read from nor written to the cache
+        "input_tokens": u.input_tokens - read - written,
         "output_tokens": u.output_tokens if output_tokens is None else output_tokens,
-        "cache_creation_input_tokens": 0,
-        "cache_read_input_tokens": 0,
+        "cache_creation_input_tokens": written,
+        "cache_read_input_tokens": read,
     }
 
 

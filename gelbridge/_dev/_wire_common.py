@@ -138,6 +138,8 @@ class WireContext:
     encrypted_reasoning: bool = False  # Responses: include ["reasoning.encrypted_content"]
     request_tools: tuple[Any, ...] = ()  # Responses: echoed in the response object
     cached_tokens: int = 0  # input tokens the server's prompt cache served (usage)
+    cache_write_tokens: int = 0  # input tokens written to it (Anthropic)
+    prompt_tokens: int | None = None  # the prompt's size when the cache rules counted it
 
 
 # ---------------------------------------------------------------- pure helpers
@@ -159,13 +161,16 @@ def estimate_tokens(text: str) -> int:
     return max(1, (len(text) + 3) // 4)
 
 
-def resolve_usage(turn: Turn, prompt_text: str) -> Usage:
+def resolve_usage(turn: Turn, prompt_text: str, prompt_tokens: int | None = None) -> Usage:
+    """The turn's scripted usage, else an estimate (``prompt_tokens``: the prompt's size
+    as the prompt-cache rules counted it, when they did)."""
     if turn.usage is not None:
         i, o, r = turn.usage
         return Usage(i, o, r)
     reasoning = (len(turn.reasoning) + 3) // 4
     generated = turn.text + "".join(arguments_json(c) + c.name for c in turn.tool_calls)
-    return Usage(estimate_tokens(prompt_text), estimate_tokens(generated) + reasoning, reasoning)
+    prompt = prompt_tokens if prompt_tokens is not None else estimate_tokens(prompt_text)
+    return Usage(prompt, estimate_tokens(generated) + reasoning, reasoning)
 
 
 def resolve_finish(turn: Turn) -> str:

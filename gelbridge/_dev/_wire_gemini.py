@@ -68,7 +68,7 @@ def error_body(status: int, message: str) -> dict[str, Any]:
 
 
 def _usage(turn: Turn, ctx: WireContext) -> dict[str, Any]:
-    u = resolve_usage(turn, ctx.prompt_text)
+    u = resolve_usage(turn, ctx.prompt_text, ctx.prompt_tokens)
     usage: dict[str, Any] = {
         "promptTokenCount": u.input_tokens,
         "candidatesTokenCount": max(0, u.output_tokens - u.reasoning_tokens),
@@ -76,6 +76,8 @@ def _usage(turn: Turn, ctx: WireContext) -> dict[str, Any]:
     }
     if u.reasoning_tokens:
         usage["thoughtsTokenCount"] = u.reasoning_tokens
+    if ctx.cached_tokens:
+        usage["cachedContentTokenCount"] = min(ctx.cached_tokens, u.input_tokens)
     return usage
 
 

@@ -67,12 +67,12 @@ def _id(ctx: WireContext) -> str:
 
 
 def _usage(turn: Turn, ctx: WireContext) -> dict[str, Any]:
-    u = resolve_usage(turn, ctx.prompt_text)
+    u = resolve_usage(turn, ctx.prompt_text, ctx.prompt_tokens)
     return {
         "prompt_tokens": u.input_tokens,
         "completion_tokens": u.output_tokens,
         "total_tokens": u.total_tokens,
-        "prompt_tokens_details": {"cached_tokens": 0, "audio_tokens": 0},
+        "prompt_tokens_details": {"cached_tokens": min(ctx.cached_tokens, u.input_tokens), "audio_tokens": 0},
         "completion_tokens_details": {
             "reasoning_tokens": u.reasoning_tokens,
             "audio_tokens": 0,

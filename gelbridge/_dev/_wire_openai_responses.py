@@ -79,7 +79,7 @@ def _ids(ctx: WireContext) -> tuple[str, str, str]:
 
 
 def _usage(turn: Turn, ctx: WireContext) -> dict[str, Any]:
-    u = resolve_usage(turn, ctx.prompt_text)
+    u = resolve_usage(turn, ctx.prompt_text, ctx.prompt_tokens)
     cached = min(ctx.cached_tokens, u.input_tokens)
     return {
         "input_tokens": u.input_tokens,

@@ -37,6 +37,7 @@ from typing import Any
 from urllib.parse import parse_qsl, urlsplit
 
 from gelbridge._dev import _wire_anthropic, _wire_gemini, _wire_ollama, _wire_openai, _wire_openai_responses
+from gelbridge._dev._prompt_cache import CacheUse, PromptCache
 from gelbridge._dev._wire_common import (
     CutStream,
     Delay,
@@ -137,6 +138,7 @@ class ModelServer:
         self.chunk_size = chunk_size
         self.responder = responder
         self.openai_reasoning_field = openai_reasoning_field
+        self.prompt_cache = PromptCache()  # the providers' caching rules over what this server saw
         self.gemini_call_ids = gemini_call_ids
         self.record_requests = record_requests
         self._lock = threading.Lock()
@@ -417,6 +419,7 @@ class _Handler(BaseHTTPRequestHandler):
                 return
             item = item.then if item.then is not None else echo_turn(body)
 
+        use = self._cache_use(wire, str(model or ""), body)
         ctx = WireContext(
             model=str(model or "echo"),
             seq=seq,
@@ -428,8 +431,21 @@ class _Handler(BaseHTTPRequestHandler):
             gemini_call_ids=owner.gemini_call_ids,
             encrypted_reasoning=_wire_openai_responses.ENCRYPTED_INCLUDE in (body.get("include") or ()),
             request_tools=tuple(body.get("tools") or ()) if isinstance(body.get("tools"), list) else (),
+            prompt_tokens=use.prompt_tokens if use is not None else None,
+            cached_tokens=use.read if use is not None else 0,
+            cache_write_tokens=use.written if use is not None else 0,
         )
         self._serve_item(wire, item, ctx, body, stream, sse, extra)
+
+    def _cache_use(self, wire: ModuleType, model: str, body: dict[str, Any]) -> CacheUse | None:
+        cache = self.server.owner.prompt_cache
+        if wire is _wire_anthropic:
+            return cache.anthropic(body, time.monotonic())
+        if wire is _wire_openai or wire is _wire_openai_responses:
+            return cache.openai(body)
+        if wire is _wire_gemini:
+            return cache.gemini(model, body)
+        return None
 
     @staticmethod
     def _auth_message(wire: ModuleType) -> str:

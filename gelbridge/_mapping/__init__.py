@@ -14,7 +14,7 @@ from gelbridge._mapping.provider_data import (
     decode_provider_data,
     encode_provider_data,
 )
-from gelbridge._mapping.to_lux import OpenedMessage, build_request
+from gelbridge._mapping.to_lux import OpenedMessage, build_request, prompt_cache_key
 from gelbridge._mapping.to_parts import (
     CallIds,
     ReplyDraft,
@@ -28,7 +28,7 @@ from gelbridge._mapping.to_parts import (
 
 __all__ = [
     "CallIds", "DecodedProviderData", "OpenedMessage", "OpenedRecordCache", "ReplyDraft",
-    "TurnChoice", "approval_answers", "build_request", "call_ids_in", "choose_turn",
+    "TurnChoice", "approval_answers", "build_request", "call_ids_in", "choose_turn", "prompt_cache_key",
     "decode_provider_data", "encode_provider_data", "map_finish_reason", "map_usage",
     "repeated_call_parts", "response_to_parts", "split_text", "waiting_call_parts",
     "waiting_calls", "with_results",

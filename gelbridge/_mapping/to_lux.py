@@ -26,6 +26,7 @@ request field; details never hold user content.
 from __future__ import annotations
 
 import base64
+import hashlib
 import re
 from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any, NamedTuple
@@ -120,6 +121,7 @@ def build_request(
     options: Options | None = None,
     blobs: Mapping[str, bytes] | None = None,
     reply_prefix: Sequence[Part] = (),
+    cache_key: str | None = None,
 ) -> Converted[LuxRequest]:
     """The Lux IR request for the reply to the last message of ``thread``.
 
@@ -130,6 +132,8 @@ def build_request(
     ``{"name", "description", "parameters"}``). ``blobs``: opened blob bytes by CID
     (images, extracted text). ``reply_prefix``: parts already in the reply being
     written (repeated approved/denied calls with results, earlier tool-loop steps).
+    ``cache_key``: the conversation's prompt-cache key (``prompt_cache_key``), sent as
+    ``metadata.cache_key`` for the adapters that route caching by it.
     """
     b = _Builder(blobs or {})
     instr = b.instructions(instructions, conversation_instructions)
@@ -147,9 +151,18 @@ def build_request(
         instructions=instr or None,
         tools=tools or None,
         reasoning=ReasoningConfig.from_effort(choice.effort) if choice is not None else None,
+        metadata={"cache_key": cache_key} if cache_key else None,
     )
     req, stripped = strip_foreign_provider_data(req, provider, model)
     return Converted(req, b.diags + stripped)
+
+
+def prompt_cache_key(account: str, conversation: str) -> str:
+    """A stable prompt-cache key for one conversation of one account: the same for every
+    turn (so a provider routes them to the same cache) and derived from no content (a
+    hash of the two names, which the provider cannot turn back into either)."""
+    digest = hashlib.sha256(f"gelbridge-prompt-cache\n{account}\n{conversation}".encode()).hexdigest()
+    return f"gb-{digest[:32]}"
 
 
 def _part_path(rkey: str, pi: int, field: str = "") -> str:

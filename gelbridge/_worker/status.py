@@ -104,4 +104,5 @@ def _turn(t: TurnTiming) -> dict[str, Any]:
     return {"at": t.at, "reply": t.reply_rkey, "status": t.status, "queue_ms": round(t.queue_ms, 1),
             "read_ms": round(t.read_ms, 1) if t.read_ms is not None else None,
             "bridge_ms": round(t.bridge_ms, 1), "model_ms": round(t.model_ms, 1), "write_ms": round(t.write_ms, 1),
-            "total_ms": round(t.total_ms, 1), "points": t.points}
+            "total_ms": round(t.total_ms, 1), "points": t.points, "input_tokens": t.input_tokens,
+            "cached_tokens": t.cached_tokens, "cache_write_tokens": t.cache_write_tokens}

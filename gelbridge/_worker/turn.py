@@ -44,6 +44,7 @@ from gelbridge._mapping import (
     choose_turn,
     map_finish_reason,
     map_usage,
+    prompt_cache_key,
     repeated_call_parts,
     response_to_parts,
     waiting_call_parts,
@@ -209,6 +210,26 @@ class TurnReport:
 
 
 @dataclass
+class CacheTokens:
+    """The model's input tokens over a turn's steps and what the provider's prompt cache
+    served (read) and took in (written): for the timing row and metrics, never records."""
+
+    input: int | None = None
+    read: int | None = None
+    written: int | None = None
+
+    def add(self, usage: Any) -> None:
+        """Add one step's Lux usage (None: the provider said nothing)."""
+        if usage is None:
+            return
+        self.input = (self.input or 0) + max(0, int(usage.prompt_tokens))
+        if usage.cached_tokens is not None:
+            self.read = (self.read or 0) + max(0, int(usage.cached_tokens))
+        if usage.cache_creation_tokens is not None:
+            self.written = (self.written or 0) + max(0, int(usage.cache_creation_tokens))
+
+
+@dataclass
 class TurnState:
     """What a turn knows so far; every ending (complete, error, cancelled) is written from it."""
 
@@ -217,6 +238,7 @@ class TurnState:
     model: ModelRef | None = None  # once chosen
     effort: str | None = None
     usage: Usage | None = None  # of the finished steps
+    cache: CacheTokens = field(default_factory=CacheTokens)  # of the finished steps (not in records)
     finish: str | None = None  # the model's finish reason of the last step
     partial: Callable[[], list[Part]] | None = None  # the parts with the step in flight
     streaming: StreamAccumulator | None = None  # the step in flight (its usage is billed too)
@@ -587,6 +609,7 @@ async def answer(deps: TurnDeps, job: TurnJob, state: TurnState, timer: _Timer) 
             conversation_instructions=conv_instructions,
             tool_specs=tool_specs if step < max_steps else (),
             options=options, blobs=blobs, reply_prefix=parts,
+            cache_key=prompt_cache_key(deps.did, ask.conversation),
         )
         acc = StreamAccumulator(provider=provider, model=model_id)
         prefix = list(parts)
@@ -633,6 +656,7 @@ async def answer(deps: TurnDeps, job: TurnJob, state: TurnState, timer: _Timer) 
         )
         if draft.usage is not None:
             usage_total.append(draft.usage)
+        state.cache.add(response.usage)
         state.usage = _sum_usage(usage_total) if usage_total else None
         step_parts = _cut_calls(draft.parts) if full else draft.parts  # a cut step runs no call
         fitted, cut = fit_parts(parts + step_parts, budget)
@@ -781,8 +805,8 @@ async def run_turn(deps: TurnDeps, job: TurnJob) -> TurnReport:
         stop_reads(reads_token)
         log.warning("reply %s was taken over by someone else; dropping this turn", job.ask.reply_rkey)
         deps.store.update_claim_status(deps.did, job.ask.reply_rkey, ReplyStatus.CANCELLED, "claim_lost")
-        return TurnReport(TurnOutcome.LOST, "claim_lost", _timing(deps, job, TurnOutcome.LOST, queue_ms, start, timer),
-                          state.steps,
+        return TurnReport(TurnOutcome.LOST, "claim_lost",
+                          _timing(deps, job, TurnOutcome.LOST, queue_ms, start, timer, state.cache), state.steps,
                           writer.progress_writes, writer.points)
     except Exception as e:  # noqa: BLE001 - every failure after the claim becomes an error reply
         parts = current_parts()
@@ -849,7 +873,7 @@ async def run_turn(deps: TurnDeps, job: TurnJob) -> TurnReport:
             deps.store.record_error(_label(error_kind), account=deps.did, record_key=job.ask.reply_rkey, where="turn")
         except Exception:  # noqa: BLE001
             pass
-    timing = _timing(deps, job, outcome, queue_ms, start, timer)
+    timing = _timing(deps, job, outcome, queue_ms, start, timer, state.cache)
     if cancelled is not None:
         raise cancelled
     return TurnReport(outcome, error_kind, timing, state.steps, writer.progress_writes, writer.points,
@@ -890,7 +914,8 @@ def _label(s: str) -> str:
     return out or "unknown"
 
 
-def _timing(deps: TurnDeps, job: TurnJob, status: TurnOutcome, queue_ms: float, start: float, timer: _Timer) -> TurnTiming:
+def _timing(deps: TurnDeps, job: TurnJob, status: TurnOutcome, queue_ms: float, start: float, timer: _Timer,
+            cache: CacheTokens) -> TurnTiming:
     total_ms = (time.monotonic() - start) * 1000
     write_ms = job.writer.write_ms + job.upload_ms
     read_ms = timer.reads.ms
@@ -898,7 +923,8 @@ def _timing(deps: TurnDeps, job: TurnJob, status: TurnOutcome, queue_ms: float, 
     t = TurnTiming(
         reply_rkey=job.ask.reply_rkey, account=deps.did, status=_label(status), queue_ms=queue_ms,
         bridge_ms=bridge_ms, model_ms=timer.model_ms, write_ms=write_ms, read_ms=read_ms,
-        points=job.writer.points,
+        points=job.writer.points, input_tokens=cache.input, cached_tokens=cache.read,
+        cache_write_tokens=cache.written,
     )
     try:
         deps.store.record_turn(t)

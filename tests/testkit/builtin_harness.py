@@ -42,15 +42,16 @@ def adapter(name: str) -> Adapter:
     return registry().get(name)
 
 
-def settings(server: Any, name: str) -> Settings:
+def settings(server: Any, name: str, **provider: Any) -> Settings:
     return Settings(providers={name: ProviderConfig(
         adapter=name, base_url=server.url + BASE_PATH[name],
-        api_key_env=None if name == "ollama" else "GB_TEST_KEY", max_retries=0, read_timeout=10.0)})
+        api_key_env=None if name == "ollama" else "GB_TEST_KEY", max_retries=0, read_timeout=10.0, **provider)})
 
 
-async def complete(server: Any, name: str, req: LuxRequest, *, stream: bool) -> ModelResult:
-    """One model call through ModelClient (raises ProviderError like production)."""
-    async with ModelClient(settings(server, name), registry=registry(),
+async def complete(server: Any, name: str, req: LuxRequest, *, stream: bool, **provider: Any) -> ModelResult:
+    """One model call through ModelClient (raises ProviderError like production);
+    ``provider``: more ``[providers.<name>]`` keys."""
+    async with ModelClient(settings(server, name, **provider), registry=registry(),
                            env={"GB_TEST_KEY": API_KEY}) as client:
         return await client.complete(req, provider=name, stream=stream)
 

@@ -211,6 +211,22 @@ local function decode_chunk(data, body_error, what)
   return ch
 end
 
+-- Prompt caching: whether the host turned it off for this provider
+-- (metadata.prompt_cache = "off"), and the conversation's stable cache key
+-- (metadata.cache_key, derived from no content) for providers that route by one.
+local function prompt_cache_on(req)
+  local m = req.metadata
+  return not (type(m) == "table" and m.prompt_cache == "off")
+end
+
+local function prompt_cache_key(req)
+  local m = req.metadata
+  if type(m) ~= "table" or m.prompt_cache == "off" or type(m.cache_key) ~= "string" or m.cache_key == "" then
+    return nil
+  end
+  return m.cache_key
+end
+
 -- The function tools of a Lux request in the provider's shape: build(tool, parameters)
 -- for each (parameters: the tool's JSON schema, or an empty object schema; a nil
 -- result leaves the tool out); other tool kinds are dropped with a warning.
@@ -584,6 +600,9 @@ local function openai_family(flavor)
       end
     end
 
+    local key = prompt_cache_key(req)
+    if key and not DEEPSEEK then body.prompt_cache_key = key end -- DeepSeek caches by prefix alone
+
     local extras = o.extras
     if type(extras) == "table" then
       for k, v in pairs(extras) do
@@ -697,4 +716,5 @@ return {
   text_of = text_of, media_of = media_of, text_delta_json = text_delta_json,
   emit = emit, stream_error = stream_error, decode_response = decode_response,
   decode_chunk = decode_chunk, function_tools = function_tools, openai_family = openai_family,
+  prompt_cache_on = prompt_cache_on, prompt_cache_key = prompt_cache_key,
 }

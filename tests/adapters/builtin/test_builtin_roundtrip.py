@@ -46,7 +46,9 @@ async def test_anthropic_sends_signed_thinking_and_one_user_turn_of_results(serv
     assert msgs[1]["content"][0] == {"type": "thinking", "thinking": "I should look it up", "signature": SIG}
     assert msgs[1]["content"][1] == {"type": "tool_use", "id": calls[0].id, "name": "lookup", "input": {"q": "x"}}
     assert msgs[2]["content"] == [{"type": "tool_result", "tool_use_id": calls[0].id,
-                                   "content": [{"type": "text", "text": "42"}]}]
+                                   "content": [{"type": "text", "text": "42"}],
+                                   "cache_control": {"type": "ephemeral"}}]  # this request's end
+    assert msgs[0]["content"][-1]["cache_control"] == {"type": "ephemeral"}  # the previous request's end
 
 
 async def test_anthropic_drops_thinking_for_another_model(server, stream):
