@@ -13,6 +13,7 @@ import pytest
 
 from gelbridge._dev.model_server import Fail, ModelServer, ToolCall, Turn
 from gelbridge._dev.pds import AccountInfo, DevPds
+from gelbridge._mapping import prompt_cache_key
 from gelbridge._records import ReasoningPart, TextPart, ToolCallPart, ToolResultPart, new_tid
 from gelbridge._sealing import Keyring
 
@@ -79,6 +80,9 @@ async def test_reasoning_items_go_back_in_order_to_the_same_model_only(
                          ("message", "user")]
         assert [i["encrypted_content"] for i in third["input"] if i.get("type") == "reasoning"] == [ENC_A, ENC_B]
         assert all("id" not in i for i in third["input"])  # store = false: no item ids
+        # one prompt-cache key for the conversation, derived from no content
+        keys = {b["prompt_cache_key"] for b in responses_bodies(model_server)}
+        assert keys == {prompt_cache_key(app.did, conv)} and keys != {prompt_cache_key(app.did, new_tid())}
 
         # the same thread sent to another provider (Chat Completions): no reasoning state
         model_server.enqueue(Turn(text="From elsewhere."))
