@@ -30,7 +30,7 @@ _NOOP = contextlib.nullcontext(None)
 
 #: gen_ai.provider.name by built-in adapter (the conventions' well-known values)
 GENAI_PROVIDERS = {"openai": "openai", "anthropic": "anthropic", "gemini": "gcp.gemini", "deepseek": "deepseek",
-                   "ollama": "ollama", "openai-responses": "openai"}
+                   "ollama": "ollama", "openai-responses": "openai", "openrouter": "openrouter"}
 
 EXTRA_HINT = "[observability] traces = true needs the otel extra: pip install 'gelbridge[otel]'"
 

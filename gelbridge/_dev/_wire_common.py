@@ -135,6 +135,7 @@ class WireContext:
     include_usage: bool = False  # OpenAI stream_options.include_usage
     openai_reasoning_field: str = "reasoning_content"
     gemini_call_ids: bool = True
+    reasoning_details: bool = False  # OpenRouter's reasoning_details on OpenAI-format answers
     encrypted_reasoning: bool = False  # Responses: include ["reasoning.encrypted_content"]
     request_tools: tuple[Any, ...] = ()  # Responses: echoed in the response object
     cached_tokens: int = 0  # input tokens the server's prompt cache served (usage)

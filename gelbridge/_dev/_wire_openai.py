@@ -95,11 +95,29 @@ def _reasoning_field(turn: Turn, ctx: WireContext) -> str | None:
     return ctx.openai_reasoning_field
 
 
+DETAILS_FORMAT = "anthropic-claude-v1"
+
+
+def reasoning_details(turn: Turn) -> list[dict[str, Any]]:
+    """OpenRouter's ``reasoning_details`` for the turn (OpenRouter docs, "Reasoning
+    tokens": reasoning.text with its signature, reasoning.encrypted for redacted blocks)."""
+    out: list[dict[str, Any]] = []
+    if turn.reasoning or turn.reasoning_signature:
+        out.append({"type": "reasoning.text", "text": turn.reasoning, "signature": turn.reasoning_signature,
+                    "format": DETAILS_FORMAT, "index": 0})
+    if turn.redacted_reasoning:
+        out.append({"type": "reasoning.encrypted", "data": turn.redacted_reasoning, "format": DETAILS_FORMAT,
+                    "index": len(out)})
+    return out
+
+
 def render(turn: Turn, ctx: WireContext) -> dict[str, Any]:
     message: dict[str, Any] = {"role": "assistant", "content": _visible_text(turn, ctx) or None, "refusal": None}
     field = _reasoning_field(turn, ctx)
     if field:
         message[field] = turn.reasoning
+    if ctx.reasoning_details and reasoning_details(turn):
+        message["reasoning_details"] = reasoning_details(turn)
     if turn.tool_calls:
         message["tool_calls"] = [
             {
@@ -141,8 +159,18 @@ def render_stream(turn: Turn, ctx: WireContext) -> list[bytes]:
 
     frames = [chunk({"role": "assistant", "content": ""})]
     field = _reasoning_field(turn, ctx)
-    if field:
-        frames += [chunk({field: piece}) for piece in chunks(turn.reasoning, size)]
+    details = reasoning_details(turn) if ctx.reasoning_details else []
+    if field or details:
+        for piece in chunks(turn.reasoning, size):
+            delta: dict[str, Any] = {field: piece} if field else {}
+            if details and details[0]["type"] == "reasoning.text":  # the text in pieces, by index
+                delta["reasoning_details"] = [{"type": "reasoning.text", "text": piece, "format": DETAILS_FORMAT,
+                                               "index": 0}]
+            frames.append(chunk(delta))
+        tail = [{**d, "text": ""} if d["type"] == "reasoning.text" else d for d in details
+                if d["type"] != "reasoning.text" or d.get("signature")]
+        if tail:  # the signature, and encrypted blocks, after the text
+            frames.append(chunk({"reasoning_details": tail}))
     frames += [chunk({"content": piece}) for piece in chunks(_visible_text(turn, ctx), size)]
     for i, c in enumerate(turn.tool_calls):
         head = {"index": i, "id": call_id(c, "call_", ctx.seq, i), "type": "function",

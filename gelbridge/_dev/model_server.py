@@ -114,6 +114,9 @@ class ModelServer:
         "reasoning_content" (DeepSeek), "reasoning" (OpenRouter/vLLM style),
         "think_tags" (inline `<think>...</think>` in content) or "omit".
       gemini_call_ids: include `id` in Gemini functionCall parts.
+      reasoning_details: OpenAI-format answers also carry OpenRouter's `reasoning_details`
+        (a reasoning.text entry with `Turn.reasoning_signature`, a reasoning.encrypted
+        one with `Turn.redacted_reasoning`; streamed in pieces by index).
       record_requests: keep every request in `.requests` (turn off for long benchmarks).
     """
 
@@ -128,6 +131,7 @@ class ModelServer:
         responder: Responder | None = None,
         openai_reasoning_field: str = "reasoning_content",
         gemini_call_ids: bool = True,
+        reasoning_details: bool = False,
         record_requests: bool = True,
     ) -> None:
         if chunk_size < 1:
@@ -140,6 +144,7 @@ class ModelServer:
         self.openai_reasoning_field = openai_reasoning_field
         self.prompt_cache = PromptCache()  # the providers' caching rules over what this server saw
         self.gemini_call_ids = gemini_call_ids
+        self.reasoning_details = reasoning_details
         self.record_requests = record_requests
         self._lock = threading.Lock()
         self._queue: deque[Item] = deque(script)
@@ -429,6 +434,7 @@ class _Handler(BaseHTTPRequestHandler):
             include_usage=bool((body.get("stream_options") or {}).get("include_usage")),
             openai_reasoning_field=owner.openai_reasoning_field,
             gemini_call_ids=owner.gemini_call_ids,
+            reasoning_details=owner.reasoning_details,
             encrypted_reasoning=_wire_openai_responses.ENCRYPTED_INCLUDE in (body.get("include") or ()),
             request_tools=tuple(body.get("tools") or ()) if isinstance(body.get("tools"), list) else (),
             prompt_tokens=use.prompt_tokens if use is not None else None,

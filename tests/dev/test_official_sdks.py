@@ -147,6 +147,23 @@ def test_openai_sdk_sees_cut_stream_and_malformed_body(server: ModelServer) -> N
         _openai(server).chat.completions.create(model="m", messages=[{"role": "user", "content": "x"}])
 
 
+def test_openai_sdk_reads_openrouter_reasoning_details() -> None:
+    with ModelServer(api_key=KEY, reasoning_details=True, openai_reasoning_field="reasoning") as srv:
+        client = openai.OpenAI(base_url=srv.url + "/api/v1", api_key=KEY, max_retries=0)
+        srv.enqueue(RICH)
+        msg = client.chat.completions.create(model="anthropic/claude-sonnet-4.6",
+                                             messages=[{"role": "user", "content": "x"}]).choices[0].message
+        details = msg.model_extra["reasoning_details"]
+        assert [d["type"] for d in details] == ["reasoning.text", "reasoning.encrypted"]
+        assert details[0]["signature"] == GEMINI_SIG and details[1]["data"] == RICH.redacted_reasoning
+        srv.enqueue(RICH)
+        pieces = [d for c in client.chat.completions.create(
+            model="m", messages=[{"role": "user", "content": "x"}], stream=True)
+            if c.choices for d in (c.choices[0].delta.model_extra or {}).get("reasoning_details") or []]
+        assert "".join(p.get("text") or "" for p in pieces if p["type"] == "reasoning.text") == RICH.reasoning
+        assert any(p.get("signature") == GEMINI_SIG for p in pieces)
+
+
 # ------------------------------------------------------------------ OpenAI Responses
 
 RESPONSES_TOOLS = [{"type": "function", "name": "get_weather", "strict": False,

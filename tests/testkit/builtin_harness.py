@@ -19,11 +19,11 @@ from gelbridge._adapters.registry import AdapterRegistry, builtin_adapters_dir
 from gelbridge._config import ProviderConfig, Settings
 from gelbridge.lux import LuxRequest, LuxResponse, StreamAccumulator, event_from_json
 
-NAMES = ("openai", "anthropic", "gemini", "ollama", "deepseek", "openai-responses")
+NAMES = ("openai", "anthropic", "gemini", "ollama", "deepseek", "openai-responses", "openrouter")
 API_KEY = "test-key"
 # the path each provider's base_url carries in front of the adapter's endpoint
 BASE_PATH = {"openai": "/v1", "deepseek": "", "anthropic": "", "gemini": "/v1beta", "ollama": "",
-             "openai-responses": "/v1"}
+             "openai-responses": "/v1", "openrouter": "/api/v1"}
 
 _registry: AdapterRegistry | None = None
 

@@ -31,7 +31,8 @@
 --   function_tools(tools, build)          the request's function tools, each from
 --                                         build(tool, parameters)
 --   openai_family(flavor)      transform_request/_response/_stream_chunk for the
---                              OpenAI Chat Completions wire ("openai" or "deepseek")
+--                              OpenAI Chat Completions wire ("openai", "deepseek" or
+--                              "openrouter")
 
 local json, log = ...
 
@@ -309,8 +310,9 @@ local function tool_message(r)
   return { role = "tool", tool_call_id = r.tool_use_id, content = text }
 end
 
-local function assistant_message(content, deep)
+local function assistant_message(content, deep, details_back)
   local text, texts, nt, calls, nc, reasoning, nr = nil, nil, 0, nil, 0, nil, 0
+  local details = nil
   for i = 1, #content do
     local b = content[i]
     local t = b.type
@@ -332,6 +334,13 @@ local function assistant_message(content, deep)
       -- provider_data here means: produced by this very model (the host filtered it).
       if not reasoning then reasoning = {} end
       nr = nr + 1; reasoning[nr] = b.thinking.text or ""
+    elseif t == "thinking" and details_back and type(b.provider_data) == "table" then
+      -- OpenRouter: the reasoning_details array of this model's turn, passed back unchanged
+      local d = type(b.provider_data.data) == "table" and b.provider_data.data.reasoning_details
+      if is_array(d) then
+        if not details then details = jarray() end
+        for j = 1, #d do details[#details + 1] = d[j] end
+      end
     end
   end
   local m = { role = "assistant", content = "" }
@@ -344,12 +353,13 @@ local function assistant_message(content, deep)
   end
   if nc > 0 then m.tool_calls = calls end
   if nr > 0 then m.reasoning_content = concat(reasoning, "") end
+  if details then m.reasoning_details = details end
   return m
 end
 
-local function push_message(out, role, content, deep)
+local function push_message(out, role, content, deep, details_back)
   if role == "assistant" then
-    out[#out + 1] = assistant_message(content, deep)
+    out[#out + 1] = assistant_message(content, deep, details_back)
     return
   end
   if role ~= "user" and role ~= "system" and role ~= "developer" then role = nil end
@@ -490,6 +500,16 @@ local function finish_stream(events, state, fr)
   if state.finished then return end
   state.finished = true
   close_all(events, state)
+  if state.details and #state.details > 0 then
+    -- OpenRouter's merged reasoning_details: a block of their own (the visible reasoning
+    -- streamed as text before), kept as provider_data and sent back unchanged
+    local idx = state.next or 0
+    state.next = idx + 1
+    events[#events + 1] = { event = "block_start", index = idx, block_type = "thinking" }
+    events[#events + 1] = { event = "block_delta", index = idx,
+      delta = { type = "provider_data", provider_data = pdata({ reasoning_details = state.details }) } }
+    events[#events + 1] = { event = "block_end", index = idx }
+  end
   events[#events + 1] = { event = "finish", finish_reason = FINISH[fr] or fr }
   events[#events + 1] = { event = "done" }
 end
@@ -529,14 +549,44 @@ local function stream_tool_call(events, state, tc, n)
   end
 end
 
-local FLAVORS = { openai = true, deepseek = true }
+-- OpenRouter's reasoning_details, streamed in pieces: entries of one `index` (and type)
+-- are one block whose string fields (text, summary, data) grow; other fields (signature,
+-- id, format) are taken as they arrive.
+local DETAIL_STRINGS = { text = true, summary = true, data = true }
+
+local function merge_details(state, pieces)
+  local merged, by = state.details, state.details_by
+  if not merged then merged = jarray(); by = {}; state.details = merged; state.details_by = by end
+  for i = 1, #pieces do
+    local p = pieces[i]
+    if type(p) == "table" then
+      local key = tostring(p.index or #merged) .. "\0" .. tostring(p.type)
+      local e = by[key]
+      if not e then
+        e = {}
+        by[key] = e
+        merged[#merged + 1] = e
+      end
+      for k, v in pairs(p) do
+        if DETAIL_STRINGS[k] and type(v) == "string" and type(e[k]) == "string" then
+          e[k] = e[k] .. v
+        elseif v ~= nil then
+          e[k] = v
+        end
+      end
+    end
+  end
+end
+
+local FLAVORS = { openai = true, deepseek = true, openrouter = true }
 
 -- A fresh table of the three transforms for one flavor (the caller may wrap them).
 local function openai_family(flavor)
   if not FLAVORS[flavor] then
-    error('luxkit.openai_family: flavor must be "openai" or "deepseek", got ' .. tostring(flavor), 2)
+    error('luxkit.openai_family: flavor must be "openai", "deepseek" or "openrouter", got ' .. tostring(flavor), 2)
   end
   local DEEPSEEK = flavor == "deepseek"
+  local OPENROUTER = flavor == "openrouter"
   local family = {}
 
   function family.transform_request(lux_json)
@@ -550,7 +600,7 @@ local function openai_family(flavor)
     for i = 1, #conv do
       local item = conv[i]
       local m = item.type == "message" and item.message
-      if m then push_message(messages, m.role, m.content or {}, DEEPSEEK) end
+      if m then push_message(messages, m.role, m.content or {}, DEEPSEEK, OPENROUTER) end
     end
 
     local tools = function_tools(req.tools, openai_tool)
@@ -595,6 +645,8 @@ local function openai_family(flavor)
       if DEEPSEEK then
         body.thinking = { type = r.enabled and "enabled" or "disabled" }
         if r.enabled and effort then body.reasoning_effort = DEEPSEEK_EFFORT[effort] or effort end
+      elseif OPENROUTER then -- the unified reasoning parameter
+        body.reasoning = r.enabled and { effort = effort or "medium" } or { enabled = false }
       elseif r.enabled and effort then
         body.reasoning_effort = effort
       end
@@ -622,7 +674,13 @@ local function openai_family(flavor)
     local msg = choice.message or {}
     local content = jarray()
     local reasoning = msg.reasoning_content or msg.reasoning
-    if type(reasoning) == "string" and reasoning ~= "" then content[#content + 1] = thinking_block(reasoning, DEEPSEEK) end
+    local details = OPENROUTER and is_array(msg.reasoning_details) and #msg.reasoning_details > 0
+      and msg.reasoning_details
+    if (type(reasoning) == "string" and reasoning ~= "") or details then
+      local b = thinking_block(type(reasoning) == "string" and reasoning or "", DEEPSEEK)
+      if details then b.provider_data = pdata({ reasoning_details = details }) end
+      content[#content + 1] = b
+    end
     local c = msg.content
     if type(c) == "string" and c ~= "" then
       content[#content + 1] = { type = "text", text = c }
@@ -664,6 +722,11 @@ local function openai_family(flavor)
     end
     local ch, failed = decode_chunk(data, body_error, "chunk")
     if not ch then return failed end
+    local choice0 = ch.choices and ch.choices[1]
+    if OPENROUTER and type(choice0) == "table" and type(choice0.delta) == "table"
+      and is_array(choice0.delta.reasoning_details) then
+      merge_details(state, choice0.delta.reasoning_details)
+    end
     if not state.started then
       state.started = true
       state.id = ch.id

@@ -12,7 +12,8 @@ from gelbridge.lux import LuxRequest, Message, Options, Text, Thinking, Tool, To
 from testkit import builtin_harness as harness
 
 MODELS = {"openai": "gpt-4o", "anthropic": "claude-sonnet-4-5", "gemini": "gemini-2.5-flash",
-          "ollama": "llama3.2", "deepseek": "deepseek-chat", "openai-responses": "gpt-5"}
+          "ollama": "llama3.2", "deepseek": "deepseek-chat", "openai-responses": "gpt-5",
+          "openrouter": "anthropic/claude-sonnet-4.6"}
 TOOLS = [Tool("lookup", {"type": "object", "properties": {"q": {"type": "string"}}, "required": ["q"]},
               "Look something up"),
          Tool("now", {"type": "object", "properties": {}}, "The time")]
@@ -85,6 +86,7 @@ FINISH = {  # (scripted finish, expected Lux finish) per adapter
                ("MALFORMED_FUNCTION_CALL", "malformed_tool_call")],
     "ollama": [("length", "length"), ("stop", "stop")],
     "openai-responses": [("length", "length"), ("content_filter", "content_filter"), ("stop", "stop")],
+    "openrouter": [("length", "length"), ("content_filter", "content_filter")],
 }
 
 

@@ -10,9 +10,11 @@ from testkit import builtin_harness as harness
 
 SIG = "c2lnLTE="
 MODELS = {"openai": "gpt-4o", "anthropic": "claude-sonnet-4-5", "gemini": "gemini-2.5-flash",
-          "ollama": "llama3.2", "deepseek": "deepseek-reasoner", "openai-responses": "gpt-5"}
+          "ollama": "llama3.2", "deepseek": "deepseek-reasoner", "openai-responses": "gpt-5",
+          "openrouter": "anthropic/claude-sonnet-4.6"}
 OTHER_MODEL = {"openai": "gpt-4.1", "anthropic": "claude-opus-4-1", "gemini": "gemini-2.5-pro",
-               "ollama": "qwen3", "deepseek": "deepseek-chat", "openai-responses": "gpt-5-mini"}
+               "ollama": "qwen3", "deepseek": "deepseek-chat", "openai-responses": "gpt-5-mini",
+               "openrouter": "openai/gpt-5"}
 TOOLS = [Tool("lookup", {"type": "object", "properties": {"q": {"type": "string"}}})]
 
 
@@ -164,3 +166,42 @@ async def test_openai_responses_request_options(server):
     assert body["tool_choice"] == {"type": "function", "name": "lookup"}
     assert body["reasoning"] == {"effort": "high", "summary": "auto"}
     assert "stop" not in body and "stream" not in body
+
+
+@pytest.fixture
+def details_server():
+    from gelbridge._dev.model_server import ModelServer
+
+    with ModelServer(api_key=harness.API_KEY, reasoning_details=True, openai_reasoning_field="reasoning") as srv:
+        yield srv
+
+
+async def test_openrouter_passes_reasoning_details_back_unchanged(details_server, stream):
+    first = Turn(reasoning="I should look it up", reasoning_signature=SIG, redacted_reasoning="RU5DUllQVEVE",
+                 tool_calls=[ToolCall("lookup", {"q": "x"})], chunk_size=4)
+    calls, body = await two_turns("openrouter", details_server, stream, first=first)
+    assistant = body["messages"][1]
+    assert assistant["reasoning_details"] == [
+        {"type": "reasoning.text", "text": "I should look it up", "signature": SIG,
+         "format": "anthropic-claude-v1", "index": 0},
+        {"type": "reasoning.encrypted", "data": "RU5DUllQVEVE", "format": "anthropic-claude-v1", "index": 1},
+    ]
+    assert assistant["tool_calls"][0]["id"] == calls[0].id
+    assert "reasoning_content" not in assistant
+
+
+async def test_openrouter_keeps_reasoning_details_from_another_model(details_server, stream):
+    first = Turn(reasoning="think", reasoning_signature=SIG, tool_calls=[ToolCall("lookup", {"q": "x"})])
+    _, body = await two_turns("openrouter", details_server, stream, second_model=OTHER_MODEL["openrouter"],
+                              first=first)
+    assert "reasoning_details" not in body["messages"][1] and SIG not in str(body)
+
+
+async def test_openrouter_sends_the_unified_reasoning_parameter(server):
+    from gelbridge.lux import ReasoningConfig
+
+    req = LuxRequest(model="openai/gpt-5", conversation=[Message("user", [Text("hi")])],
+                     options=Options(stream=False), reasoning=ReasoningConfig.from_effort("high"))
+    await harness.complete(server, "openrouter", req, stream=False)
+    body = server.requests[-1].body
+    assert body["reasoning"] == {"effort": "high"} and "reasoning_effort" not in body

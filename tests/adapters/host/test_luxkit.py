@@ -58,8 +58,8 @@ def test_user_script_can_be_an_openai_family_adapter(make_adapter) -> None:
 
 
 def test_openai_family_refuses_an_unknown_flavor_at_the_script_line(make_adapter) -> None:
-    with pytest.raises(AdapterLoadError, match=r'^t_1\.lua:2: luxkit\.openai_family: flavor must be "openai" or '
-                                                r'"deepseek", got mistral'):
+    with pytest.raises(AdapterLoadError, match=r'^t_1\.lua:2: luxkit\.openai_family: flavor must be "openai", '
+                                                r'"deepseek" or "openrouter", got mistral'):
         make_adapter("return ''", extra='local family = luxkit.openai_family("mistral")\n')
 
 
