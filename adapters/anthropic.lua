@@ -26,6 +26,9 @@ local adapter = {
   auth = "x-api-key",
   tool_call_id = { pattern = "^[a-zA-Z0-9_-]+$", max_length = 64 },
   headers = { ["anthropic-version"] = "2023-06-01" },
+  -- the web search server tool (web_search_20250305): Anthropic runs it; its result
+  -- blocks are not kept, the text's citations become sourceParts
+  native_tools = { "web_search" },
 }
 
 -- Shared helpers are host code: luxkit (gelbridge/_adapters/lua/luxkit.lua, see
@@ -223,6 +226,34 @@ local function cache_breakpoints(body)
   end
 end
 
+-- The web search server tool; its parameters carry the operator's options.
+local function web_search_tool(t)
+  local p = t.parameters or {}
+  local d = { type = "web_search_20250305", name = "web_search" }
+  if type(p.max_uses) == "number" then d.max_uses = p.max_uses end
+  if type(p.allowed_domains) == "table" and #p.allowed_domains > 0 then d.allowed_domains = p.allowed_domains end
+  if type(p.blocked_domains) == "table" and #p.blocked_domains > 0 then d.blocked_domains = p.blocked_domains end
+  return d
+end
+
+-- A text block's web search citations as Lux url annotations (nil when none).
+local function citation_annotation(c)
+  if type(c) == "table" and type(c.url) == "string" and c.url ~= "" then
+    return { kind = "url", ref = c.url, text = type(c.title) == "string" and c.title or nil }
+  end
+  return nil
+end
+
+local function citation_annotations(list)
+  if type(list) ~= "table" then return nil end
+  local out, n = jarray(), 0
+  for i = 1, #list do
+    local a = citation_annotation(list[i])
+    if a then n = n + 1; out[n] = a end
+  end
+  return n > 0 and out or nil
+end
+
 local function tool_definition(t, parameters)
   local d = { name = t.name, input_schema = parameters }
   if t.description then d.description = t.description end
@@ -246,7 +277,13 @@ function adapter.transform_request(lux_json)
   local o = req.options or {}
   local extras = type(o.extras) == "table" and o.extras or {}
   local tc = req.tool_choice
-  local tools = function_tools(req.tools, tool_definition)
+  local functions, searches = jarray(), jarray()
+  for i = 1, #(req.tools or {}) do
+    local t = req.tools[i]
+    if t.kind == "web_search" then searches[#searches + 1] = web_search_tool(t) else functions[#functions + 1] = t end
+  end
+  local tools = function_tools(functions, tool_definition)
+  for i = 1, #searches do tools[#tools + 1] = searches[i] end
   if #tools > 0 then
     body.tools = tools
     local choice
@@ -319,7 +356,7 @@ function adapter.transform_response(raw)
     local b = blocks[i]
     local t = b.type
     if t == "text" then
-      content[#content + 1] = { type = "text", text = b.text or "" }
+      content[#content + 1] = { type = "text", text = b.text or "", annotations = citation_annotations(b.citations) }
     elseif t == "thinking" then
       local th = { text = b.thinking or "", redacted = false }
       local blk = { type = "thinking", thinking = th }
@@ -368,6 +405,9 @@ function adapter.transform_stream_chunk(data, state)
       if d.partial_json and d.partial_json ~= "" then
         delta(events, idx, { type = "tool_arguments", arguments = d.partial_json })
       end
+    elseif dt == "citations_delta" then
+      local a = citation_annotation(d.citation)
+      if a then events[#events + 1] = { event = "annotations", index = idx, annotations = { a } } end
     end
     return emit(events)
   elseif t == "content_block_start" then

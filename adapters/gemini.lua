@@ -26,11 +26,14 @@ local adapter = {
   stream_format = "sse",
   auth = "x-goog-api-key",
   headers = {},
+  -- Grounding with Google Search ({"googleSearch": {}}): Google runs it; the pages in
+  -- groundingMetadata become sourceParts
+  native_tools = { "web_search" },
 }
 
 -- Shared helpers are host code: luxkit (gelbridge/_adapters/lua/luxkit.lua, see
 -- docs/adapters.md). Cached in locals: a call then costs no table lookup.
-local jdecode, jencode, jarray = json.decode, json.encode, json.array
+local jdecode, jencode, jarray, jobject = json.decode, json.encode, json.array, json.object
 local error_kind, lux_error, lux_response, pdata =
   luxkit.error_kind, luxkit.lux_error, luxkit.lux_response, luxkit.pdata
 local args_string, args_object, text_of =
@@ -167,9 +170,25 @@ function adapter.transform_request(lux_json)
   local sys = text_of(req.instructions, "\n\n")
   if sys ~= "" then body.systemInstruction = { parts = { { text = sys } } } end
 
-  local decls = function_tools(req.tools, declaration)
+  local functions, search = jarray(), nil
+  for i = 1, #(req.tools or {}) do
+    local t = req.tools[i]
+    if t.kind == "web_search" then
+      search = { googleSearch = jobject() }
+      local p = t.parameters or {}
+      if (type(p.allowed_domains) == "table" and #p.allowed_domains > 0)
+        or (type(p.blocked_domains) == "table" and #p.blocked_domains > 0) then
+        log("warn", "Grounding with Google Search has no domain filters; searching without them")
+      end
+    else
+      functions[#functions + 1] = t
+    end
+  end
+  local decls = function_tools(functions, declaration)
+  if search then body.tools = { search } end
   if #decls > 0 then
     body.tools = { { functionDeclarations = decls } }
+    if search then body.tools[2] = search end
     local tc = req.tool_choice
     local cfg
     if type(tc) == "table" then
@@ -260,6 +279,29 @@ local function finish_of(fr, had_calls)
   return f
 end
 
+-- The pages of a candidate's groundingMetadata (those its groundingSupports cite, or
+-- all when it lists none) as Lux url annotations; nil when there are none.
+local function grounding_annotations(gm)
+  if type(gm) ~= "table" or type(gm.groundingChunks) ~= "table" then return nil end
+  local chunks, cited = gm.groundingChunks, nil
+  if type(gm.groundingSupports) == "table" and #gm.groundingSupports > 0 then
+    cited = {}
+    for i = 1, #gm.groundingSupports do
+      local idx = gm.groundingSupports[i].groundingChunkIndices
+      if type(idx) == "table" then for j = 1, #idx do cited[idx[j] + 1] = true end end
+    end
+  end
+  local out, n = jarray(), 0
+  for i = 1, #chunks do
+    local web = type(chunks[i]) == "table" and chunks[i].web
+    if type(web) == "table" and type(web.uri) == "string" and web.uri ~= "" and (not cited or cited[i]) then
+      n = n + 1
+      out[n] = { kind = "url", ref = web.uri, text = type(web.title) == "string" and web.title or nil }
+    end
+  end
+  return n > 0 and out or nil
+end
+
 function adapter.transform_response(raw)
   local body, failed = decode_response(raw, body_error)
   if not body then return failed end
@@ -292,6 +334,12 @@ function adapter.transform_response(raw)
     if blk then
       if p.thoughtSignature then blk.provider_data = pdata({ thoughtSignature = p.thoughtSignature }) end
       content[#content + 1] = blk
+    end
+  end
+  local anns = grounding_annotations(cand.groundingMetadata)
+  if anns then -- on the last text block: the answer the pages support
+    for i = #content, 1, -1 do
+      if content[i].type == "text" then content[i].annotations = anns; break end
     end
   end
   return lux_response(body.responseId, body.modelVersion, content,
@@ -350,6 +398,7 @@ function adapter.transform_stream_chunk(data, state)
           close_open(events, state)
           state.open = new_block(events, state, kind)
           state.open_kind = kind
+          if kind == "text" then state.last_text = state.open end
         end
         local idx = state.open
         if p.text ~= "" then
@@ -361,6 +410,8 @@ function adapter.transform_stream_chunk(data, state)
         end
       end
     end
+    local anns = state.last_text and grounding_annotations(cand.groundingMetadata)
+    if anns then events[#events + 1] = { event = "annotations", index = state.last_text, annotations = anns } end
     local fr = finish_of(cand.finishReason, (state.calls or 0) > 0)
     if fr then
       close_open(events, state)

@@ -37,6 +37,9 @@ local adapter = {
   -- (another organisation's key behind a gateway, a rotated key): the host sends the
   -- request again once without any provider_data, and says so in a diagnostic
   provider_state_errors = { "invalid_encrypted_content" },
+  -- OpenAI's own web search ({"type": "web_search"}): run by OpenAI, cited pages come
+  -- back as url_citation annotations (sourceParts in the reply)
+  native_tools = { "web_search" },
   headers = {},
 }
 
@@ -143,6 +146,31 @@ local function push_assistant(out, content)
   flush()
 end
 
+-- The request's tools: function tools, and the provider's own web search (its
+-- parameters carry the operator's options: allowed_domains becomes filters.allowed_domains;
+-- OpenAI has no max_uses or blocked domains).
+local function split_tools(tools)
+  local functions, native = jarray(), jarray()
+  if type(tools) ~= "table" then return functions, native end
+  for i = 1, #tools do
+    local t = tools[i]
+    if t.kind == "web_search" then
+      local d = { type = "web_search" }
+      local p = t.parameters or {}
+      if type(p.allowed_domains) == "table" and #p.allowed_domains > 0 then
+        d.filters = { allowed_domains = p.allowed_domains }
+      end
+      if type(p.blocked_domains) == "table" and #p.blocked_domains > 0 then
+        log("warn", "OpenAI web search has no blocked domains; searching without that filter")
+      end
+      native[#native + 1] = d
+    else
+      functions[#functions + 1] = t
+    end
+  end
+  return functions, native
+end
+
 local function responses_tool(t, parameters)
   local d = { type = "function", name = t.name, parameters = parameters, strict = t.strict == true }
   if t.description then d.description = t.description end
@@ -165,7 +193,9 @@ function adapter.transform_request(lux_json)
     end
   end
 
-  local tools = function_tools(req.tools, responses_tool)
+  local functions, native = split_tools(req.tools)
+  local tools = function_tools(functions, responses_tool)
+  for i = 1, #native do tools[#tools + 1] = native[i] end
   if #tools > 0 then
     body.tools = tools
     local tc = req.tool_choice
@@ -233,6 +263,24 @@ local function body_error(e)
   return lux_error(error_kind(e.type, e.code, e.status), e.message, e.code or e.type)
 end
 
+-- url_citation annotations as Lux url annotations (nil when there are none)
+local function url_annotation(a)
+  if type(a) == "table" and a.type == "url_citation" and type(a.url) == "string" and a.url ~= "" then
+    return { kind = "url", ref = a.url, text = type(a.title) == "string" and a.title or nil }
+  end
+  return nil
+end
+
+local function url_annotations(list)
+  if type(list) ~= "table" then return nil end
+  local out, n = jarray(), 0
+  for i = 1, #list do
+    local a = url_annotation(list[i])
+    if a then n = n + 1; out[n] = a end
+  end
+  return n > 0 and out or nil
+end
+
 local function summary_text(item)
   local parts, n = {}, 0
   local s = item.summary
@@ -285,7 +333,7 @@ function adapter.transform_response(raw)
       for j = 1, #parts do
         local p = parts[j]
         if p.type == "output_text" and type(p.text) == "string" and p.text ~= "" then
-          content[#content + 1] = { type = "text", text = p.text }
+          content[#content + 1] = { type = "text", text = p.text, annotations = url_annotations(p.annotations) }
         elseif p.type == "refusal" and type(p.refusal) == "string" then
           content[#content + 1] = { type = "refusal", refusal = p.refusal }
         end
@@ -380,6 +428,12 @@ function adapter.transform_stream_chunk(data, state)
       it.args = true
       events[#events + 1] = { event = "block_delta", index = it.block,
         delta = { type = "tool_arguments", arguments = ev.delta } }
+    end
+  elseif t == "response.output_text.annotation.added" then
+    local a = url_annotation(ev.annotation)
+    if a then
+      local it = item_block(events, state, ev.output_index or 0, "text", "text")
+      events[#events + 1] = { event = "annotations", index = it.block, annotations = { a } }
     end
   elseif t == "response.refusal.delta" then
     if type(ev.delta) == "string" and ev.delta ~= "" then

@@ -409,7 +409,8 @@ def _table_problems(data: dict[str, Any]) -> list[str]:
             try:
                 BUILTIN_CONFIGS[name].model_validate(table)
             except ValidationError as e:
-                out += [f"[tools.{name}] {'.'.join(str(x) for x in er['loc'])}: {er['msg']}"
+                out += [f"[tools.{name}] " + (f"{'.'.join(str(x) for x in er['loc'])}: " if er["loc"] else "")
+                        + er["msg"].removeprefix("Value error, ")
                         if er["type"] != "extra_forbidden" else
                         unknown_key_problem(("tools", name, *er["loc"]), list(BUILTIN_CONFIGS[name].model_fields))
                         for er in e.errors()]

@@ -13,7 +13,7 @@ from gelbridge._tools.config import mcp_servers
 
 def write(tmp_path: Path, text: str) -> Path:
     sub = tmp_path / "conf"
-    sub.mkdir()
+    sub.mkdir(parents=True)
     p = sub / "gelbridge.toml"
     p.write_text(text)
     return p
@@ -57,3 +57,22 @@ def test_bad_files_give_one_clear_error(tmp_path: Path) -> None:
     bad.write_text('[replies]\nupdate_interval = "soon"\n')
     with pytest.raises(ConfigError, match=r"\[replies\] update_interval"):
         load_config(bad, env={})
+
+
+def test_web_search_options_are_checked_at_start(tmp_path: Path) -> None:
+    from gelbridge._tools.config import builtin_config
+
+    ok = load_config(write(tmp_path, '[tools.web_search]\nmax_uses = 3\nallowed_domains = ["wikipedia.org"]\n'),
+                     env={})
+    cfg = builtin_config(ok.tools, "web_search")
+    assert cfg.options() == {"max_uses": 3, "allowed_domains": ["wikipedia.org"]}
+    both = write(tmp_path / "2", '[tools.web_search]\nallowed_domains = ["a.org"]\nblocked_domains = ["b.org"]\n'
+                           "max_uses = 0\nmax_usse = 2\n")
+    with pytest.raises(ConfigError) as e:
+        load_config(both, env={})
+    text = str(e.value)
+    assert "[tools.web_search] max_uses: Input should be greater than or equal to 1" in text
+    assert "[tools.web_search] max_usse: unknown key; did you mean [tools.web_search] max_uses?" in text
+    with pytest.raises(ConfigError, match=r"\[tools.web_search\] set allowed_domains or blocked_domains, not both"):
+        load_config(write(tmp_path / "3", '[tools.web_search]\nallowed_domains = ["a.org"]\n'
+                                          'blocked_domains = ["b.org"]\n'), env={})

@@ -66,6 +66,7 @@ from gelbridge.lux import (
     LuxResponse,
     StreamAccumulator,
     StreamEvent,
+    ToolKind,
     normalize_error_kind,
     strip_foreign_provider_data,
 )
@@ -176,6 +177,7 @@ class ModelClient:
         for name, cfg in settings.providers.items():  # a bad rule is a config error at start
             self._id_rules[name] = provider_id_rule(name, cfg)
         self._closed = False
+        self._told: set[tuple[str, str]] = set()  # (provider, tool kind) not offered, already logged
 
     @staticmethod
     def transport_pool(settings: Settings, **kwargs: Any) -> TransportPool:
@@ -250,6 +252,8 @@ class ModelClient:
         diags: list[Diagnostic] = []
         if not cfg.caches_prompts():  # the adapters read metadata.prompt_cache
             request = replace(request, metadata={**(request.metadata or {}), "prompt_cache": "off"})
+        if request.tools and any(t.kind != ToolKind.FUNCTION for t in request.tools):
+            request = self._native_tools_only_where_supported(request, adapter, provider, diags)
         want = request.options.stream if stream is None else stream
         if want and not adapter.has_stream_transform:
             diags.append(Diagnostic("options.stream", ConversionStatus.DEGRADED,
@@ -275,6 +279,24 @@ class ModelClient:
                 headers = dynamic
         headers.update(self._auth_headers(provider, cfg, adapter))
         return PreparedRequest(conv.value, url, path, headers, want, adapter.options.stream_format, diags)
+
+    def _native_tools_only_where_supported(self, request: LuxRequest, adapter: Adapter, provider: str,
+                                           diags: list[Diagnostic]) -> LuxRequest:
+        """Provider-run tools (``web_search``) go only to adapters that declare them in
+        ``native_tools``; elsewhere the tool is not offered, with a diagnostic and one
+        line in the operator's log per provider."""
+        kept = []
+        for t in request.tools or ():
+            if t.kind == ToolKind.FUNCTION or t.kind in adapter.options.native_tools:
+                kept.append(t)
+                continue
+            diags.append(Diagnostic(f"tools.{t.name}", ConversionStatus.UNSUPPORTED,
+                                    f"adapter {adapter.name!r} has no native {t.kind}; not offered"))
+            if (provider, t.kind) not in self._told:
+                self._told.add((provider, t.kind))
+                log.info("provider %r: %s is not offered (adapter %r has no native %s; "
+                         "openai-responses, anthropic and gemini have)", provider, t.name, adapter.name, t.kind)
+        return replace(request, tools=kept or None)
 
     async def complete(
         self,

@@ -169,6 +169,8 @@ class AdapterOptions:
     """bearer | x-api-key | x-goog-api-key | none; None: by adapter name (transport)."""
     tool_call_id: ToolCallIdRule | None = None
     """Which tool-call ids the provider accepts; others are mapped (``_adapters/ids.py``)."""
+    native_tools: frozenset[str] = frozenset()
+    """Lux tool kinds the provider runs itself that the script can send (``web_search``)."""
     provider_state_errors: frozenset[str] = frozenset()
     """Provider error codes meaning "the opaque state (provider_data) you sent back is not
     valid here": the client sends the request once more without any provider_data."""
@@ -377,12 +379,13 @@ if type(__gelbridge_a) == "table" then
   local a = __gelbridge_a
   local ok, s = pcall(json.encode, json.object({ format = a.format, stream_endpoint = a.stream_endpoint,
     stream_format = a.stream_format, auth = a.auth, tool_call_id = a.tool_call_id,
-    provider_state_errors = a.provider_state_errors }))
+    provider_state_errors = a.provider_state_errors, native_tools = a.native_tools }))
   rawset(a, "__gelbridge_meta", function() if ok then return s end return "!" .. tostring(s) end)
 end
 return __gelbridge_a
 """
-_META_KEYS = ("format", "stream_endpoint", "stream_format", "auth", "tool_call_id", "provider_state_errors")
+_META_KEYS = ("format", "stream_endpoint", "stream_format", "auth", "tool_call_id", "provider_state_errors",
+              "native_tools")
 
 
 def _read_options(source: bytes, chunkname: str, limits: SandboxLimits, services: AdapterServices,
@@ -417,5 +420,14 @@ def _read_options(source: bytes, chunkname: str, limits: SandboxLimits, services
         codes = []
     if not isinstance(codes, list) or not all(isinstance(c, str) and 0 < len(c) <= 100 for c in codes):
         raise AdapterLoadError(f"{where}: adapter.provider_state_errors must be a list of error code strings")
+    native = meta.get("native_tools")
+    if native is None or native == {}:
+        native = []
+    if not isinstance(native, list) or not all(isinstance(c, str) and c in NATIVE_TOOL_KINDS for c in native):
+        raise AdapterLoadError(f"{where}: adapter.native_tools must be a list of {sorted(NATIVE_TOOL_KINDS)}")
     return AdapterOptions(format=fmt, stream_endpoint=se, stream_format=sf, auth=auth, tool_call_id=rule,
-                          provider_state_errors=frozenset(codes))
+                          provider_state_errors=frozenset(codes), native_tools=frozenset(native))
+
+
+#: the Lux tool kinds an adapter may declare in ``native_tools``
+NATIVE_TOOL_KINDS = frozenset({"web_search"})

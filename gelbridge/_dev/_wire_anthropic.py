@@ -112,18 +112,43 @@ def _message(turn: Turn, ctx: WireContext, content: list[dict[str, Any]], stop: 
     }
 
 
+def _search_blocks(turn: Turn, ctx: WireContext) -> list[dict[str, Any]]:
+    """The web search server tool's blocks (Anthropic docs, "Web search tool"): a
+    ``server_tool_use`` per query and its ``web_search_tool_result``."""
+    out: list[dict[str, Any]] = []
+    for i, q in enumerate(turn.searches):
+        tid = f"srvtoolu_{ctx.seq:06d}_{i}"
+        out.append({"type": "server_tool_use", "id": tid, "name": "web_search", "input": {"query": q}})
+        out.append({"type": "web_search_tool_result", "tool_use_id": tid, "content": [
+            {"type": "web_search_result", "url": c.url, "title": c.title, "encrypted_content": "RW5jcnlwdGVk",
+             "page_age": None} for c in turn.citations]})
+    return out
+
+
+def _citations(turn: Turn) -> list[dict[str, Any]]:
+    return [{"type": "web_search_result_location", "url": c.url, "title": c.title, "encrypted_index": "RW5j",
+             "cited_text": c.cited_text or c.title} for c in turn.citations]
+
+
 def render(turn: Turn, ctx: WireContext) -> dict[str, Any]:
     content: list[dict[str, Any]] = []
+    content += _search_blocks(turn, ctx)
     if _has_thinking(turn):
         content.append({"type": "thinking", "thinking": turn.reasoning, "signature": _signature(turn)})
     if turn.redacted_reasoning is not None:
         content.append({"type": "redacted_thinking", "data": turn.redacted_reasoning})
     if turn.text or not (content or turn.tool_calls):
-        content.append({"type": "text", "text": turn.text})
+        text: dict[str, Any] = {"type": "text", "text": turn.text}
+        if turn.citations:
+            text["citations"] = _citations(turn)
+        content.append(text)
     for i, c in enumerate(turn.tool_calls):
         content.append({"type": "tool_use", "id": call_id(c, "toolu_", ctx.seq, i), "name": c.name,
                         "input": dict(c.arguments)})
-    return _message(turn, ctx, content, _stop_reason(turn), _usage(turn, ctx))
+    usage = _usage(turn, ctx)
+    if turn.searches:
+        usage["server_tool_use"] = {"web_search_requests": len(turn.searches), "web_fetch_requests": 0}
+    return _message(turn, ctx, content, _stop_reason(turn), usage)
 
 
 def _event(name: str, payload: Mapping[str, Any]) -> bytes:
@@ -149,6 +174,11 @@ def render_stream(turn: Turn, ctx: WireContext) -> list[bytes]:
         frames.append(_event("content_block_stop", {"type": "content_block_stop", "index": index}))
         index += 1
 
+    for b in _search_blocks(turn, ctx):
+        if b["type"] == "server_tool_use":
+            block({**b, "input": {}}, [{"type": "input_json_delta", "partial_json": json.dumps(b["input"])}])
+        else:
+            block(b, [])
     if _has_thinking(turn):
         block({"type": "thinking", "thinking": "", "signature": ""},
               [{"type": "thinking_delta", "thinking": p} for p in chunks(turn.reasoning, size)]
@@ -156,7 +186,8 @@ def render_stream(turn: Turn, ctx: WireContext) -> list[bytes]:
     if turn.redacted_reasoning is not None:
         block({"type": "redacted_thinking", "data": turn.redacted_reasoning}, [])
     if turn.text or not (_has_thinking(turn) or turn.redacted_reasoning is not None or turn.tool_calls):
-        block({"type": "text", "text": ""}, [{"type": "text_delta", "text": p} for p in chunks(turn.text, size)])
+        block({"type": "text", "text": ""}, [{"type": "text_delta", "text": p} for p in chunks(turn.text, size)]
+              + [{"type": "citations_delta", "citation": c} for c in _citations(turn)])
     for i, c in enumerate(turn.tool_calls):
         args = arguments_json(c)
         pieces = [] if args == "{}" else chunks(args, size)

@@ -30,6 +30,15 @@ class ToolCall:
 
 
 @dataclass(frozen=True)
+class Citation:
+    """A web page the answer cites (provider-native web search)."""
+
+    url: str
+    title: str = ""
+    cited_text: str = ""
+
+
+@dataclass(frozen=True)
 class Turn:
     """One scripted model answer.
 
@@ -48,6 +57,10 @@ class Turn:
       calls, else `stop`.
     - `chunk_size`: characters per streamed text/argument fragment (None: server
       default). `chunk_delay`: seconds slept between streamed frames.
+    - `searches` / `citations`: the provider's own web search ran these queries and the
+      text cites these pages (Anthropic server tool blocks and text citations, OpenAI
+      Responses web_search_call items and url_citation annotations, Gemini grounding
+      metadata; the other providers ignore them).
     """
 
     text: str = ""
@@ -59,6 +72,8 @@ class Turn:
     finish: str | None = None
     chunk_size: int | None = None
     chunk_delay: float = 0.0
+    searches: Sequence[str] = ()
+    citations: Sequence[Citation] = ()
 
 
 @dataclass(frozen=True)

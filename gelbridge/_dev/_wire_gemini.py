@@ -106,11 +106,27 @@ def _parts(turn: Turn, ctx: WireContext, size: int | None) -> list[dict[str, Any
     return parts + calls
 
 
+def _grounding(turn: Turn) -> dict[str, Any] | None:
+    """Grounding with Google Search (Gemini docs, "Grounding with Google Search"): the
+    queries, the pages (``groundingChunks``) and which part of the text each supports."""
+    if not turn.citations and not turn.searches:
+        return None
+    return {
+        "webSearchQueries": list(turn.searches),
+        "searchEntryPoint": {"renderedContent": "<div>search suggestions</div>"},
+        "groundingChunks": [{"web": {"uri": c.url, "title": c.title}} for c in turn.citations],
+        "groundingSupports": [{"segment": {"startIndex": 0, "endIndex": len(turn.text.encode()), "text": turn.text},
+                               "groundingChunkIndices": [i]} for i in range(len(turn.citations))],
+    }
+
+
 def _response(ctx: WireContext, parts: list[dict[str, Any]], finish: str | None,
-              usage: dict[str, Any] | None) -> dict[str, Any]:
+              usage: dict[str, Any] | None, grounding: dict[str, Any] | None = None) -> dict[str, Any]:
     candidate: dict[str, Any] = {"content": {"parts": parts, "role": "model"}, "index": 0}
     if finish:
         candidate["finishReason"] = finish
+    if grounding:
+        candidate["groundingMetadata"] = grounding
     out: dict[str, Any] = {"candidates": [candidate]}
     if usage:
         out["usageMetadata"] = usage
@@ -125,7 +141,7 @@ def _finish(turn: Turn) -> str:
 
 
 def render(turn: Turn, ctx: WireContext) -> dict[str, Any]:
-    return _response(ctx, _parts(turn, ctx, None), _finish(turn), _usage(turn, ctx))
+    return _response(ctx, _parts(turn, ctx, None), _finish(turn), _usage(turn, ctx), _grounding(turn))
 
 
 def render_stream(turn: Turn, ctx: WireContext, *, sse: bool = True) -> list[bytes]:
@@ -134,7 +150,8 @@ def render_stream(turn: Turn, ctx: WireContext, *, sse: bool = True) -> list[byt
     `sse=False` gives the JSON-array framing used when `alt=sse` is absent."""
     parts = _parts(turn, ctx, turn.chunk_size or ctx.chunk_size)
     payloads = [
-        _response(ctx, [part], _finish(turn) if last else None, _usage(turn, ctx) if last else None)
+        _response(ctx, [part], _finish(turn) if last else None, _usage(turn, ctx) if last else None,
+                  _grounding(turn) if last else None)
         for last, part in ((i == len(parts) - 1, p) for i, p in enumerate(parts))
     ]
     texts = [json.dumps(p, separators=(",", ":"), ensure_ascii=False) for p in payloads]

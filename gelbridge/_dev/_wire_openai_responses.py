@@ -106,7 +106,8 @@ def _reasoning_item(turn: Turn, ctx: WireContext, *, done: bool) -> dict[str, An
 def _message_item(turn: Turn, ctx: WireContext, *, done: bool) -> dict[str, Any] | None:
     if not turn.text:
         return None
-    content = [{"type": "output_text", "text": turn.text, "annotations": [], "logprobs": []}] if done else []
+    content = ([{"type": "output_text", "text": turn.text, "annotations": _annotations(turn), "logprobs": []}]
+               if done else [])
     return {"id": _ids(ctx)[2], "type": "message", "role": "assistant",
             "status": "completed" if done else "in_progress", "content": content}
 
@@ -118,9 +119,22 @@ def _call_items(turn: Turn, ctx: WireContext, *, done: bool) -> list[dict[str, A
             for i, c in enumerate(turn.tool_calls)]
 
 
+def _search_items(turn: Turn, ctx: WireContext, *, done: bool) -> list[dict[str, Any]]:
+    """``web_search_call`` items, one per query (OpenAI docs, "Web search")."""
+    return [{"id": f"ws_{ctx.seq:06d}_{i}", "type": "web_search_call", "status": "completed" if done else "in_progress",
+             "action": {"type": "search", "query": q}} for i, q in enumerate(turn.searches)]
+
+
+def _annotations(turn: Turn) -> list[dict[str, Any]]:
+    """``url_citation`` annotations: each cited page spans the whole text here."""
+    return [{"type": "url_citation", "url": c.url, "title": c.title, "start_index": 0,
+             "end_index": len(turn.text)} for c in turn.citations]
+
+
 def _output(turn: Turn, ctx: WireContext) -> list[dict[str, Any]]:
     items = [_reasoning_item(turn, ctx, done=True), _message_item(turn, ctx, done=True)]
-    return [i for i in items if i is not None] + _call_items(turn, ctx, done=True)
+    return (_search_items(turn, ctx, done=True) + [i for i in items if i is not None]
+            + _call_items(turn, ctx, done=True))
 
 
 def _tools(ctx: WireContext) -> list[dict[str, Any]]:
@@ -174,6 +188,12 @@ def render_stream(turn: Turn, ctx: WireContext) -> list[bytes]:
     ev.add("response.created", response=_response(turn, ctx, status="in_progress"))
     ev.add("response.in_progress", response=_response(turn, ctx, status="in_progress"))
     index = 0
+    for added, done in zip(_search_items(turn, ctx, done=False), _search_items(turn, ctx, done=True)):
+        ev.add("response.output_item.added", output_index=index, item=added)
+        for stage in ("in_progress", "searching", "completed"):
+            ev.add(f"response.web_search_call.{stage}", item_id=added["id"], output_index=index)
+        ev.add("response.output_item.done", output_index=index, item=done)
+        index += 1
     reasoning = _reasoning_item(turn, ctx, done=False)
     if reasoning is not None:
         rid = reasoning["id"]
@@ -200,10 +220,13 @@ def render_stream(turn: Turn, ctx: WireContext) -> list[bytes]:
         for piece in chunks(turn.text, size):
             ev.add("response.output_text.delta", item_id=mid, output_index=index, content_index=0, delta=piece,
                    logprobs=[])
+        for n, a in enumerate(_annotations(turn)):
+            ev.add("response.output_text.annotation.added", item_id=mid, output_index=index, content_index=0,
+                   annotation_index=n, annotation=a)
         ev.add("response.output_text.done", item_id=mid, output_index=index, content_index=0, text=turn.text,
                logprobs=[])
         ev.add("response.content_part.done", item_id=mid, output_index=index, content_index=0,
-               part={"type": "output_text", "text": turn.text, "annotations": []})
+               part={"type": "output_text", "text": turn.text, "annotations": _annotations(turn)})
         ev.add("response.output_item.done", output_index=index, item=_message_item(turn, ctx, done=True))
         index += 1
     for added, done in zip(_call_items(turn, ctx, done=False), _call_items(turn, ctx, done=True)):

@@ -39,6 +39,7 @@ from urllib.parse import parse_qsl, urlsplit
 from gelbridge._dev import _wire_anthropic, _wire_gemini, _wire_ollama, _wire_openai, _wire_openai_responses
 from gelbridge._dev._prompt_cache import CacheUse, PromptCache
 from gelbridge._dev._wire_common import (
+    Citation,
     CutStream,
     Delay,
     Fail,
@@ -55,6 +56,7 @@ from gelbridge._dev._wire_common import (
 )
 
 __all__ = [
+    "Citation",
     "CutStream",
     "Delay",
     "Fail",

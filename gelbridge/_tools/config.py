@@ -44,6 +44,34 @@ class FetchUrlConfig(_Strict):
     user_agent: str = "gelbridge-fetch/0.1 (+https://github.com/)"
 
 
+class WebSearchConfig(_Strict):
+    """``[tools.web_search]``: the provider's own web search (OpenAI Responses, Anthropic,
+    Gemini), offered when a turn's tools name ``web_search``. The provider runs it, not
+    gelbridge, so it needs no approval; the cited pages become ``sourcePart``s.
+    ``max_uses`` (Anthropic), ``allowed_domains`` (OpenAI and Anthropic) and
+    ``blocked_domains`` (Anthropic) apply where the provider has them."""
+
+    enabled: bool = True
+    max_uses: int = Field(5, ge=1, le=50)
+    allowed_domains: list[str] = Field(default_factory=list)
+    blocked_domains: list[str] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _one_list(self) -> WebSearchConfig:
+        if self.allowed_domains and self.blocked_domains:
+            raise ValueError("set allowed_domains or blocked_domains, not both (the providers take one)")
+        return self
+
+    def options(self) -> dict[str, Any]:
+        """The operator's options as a native tool's ``parameters`` (Lux ``kind = web_search``)."""
+        out: dict[str, Any] = {"max_uses": self.max_uses}
+        if self.allowed_domains:
+            out["allowed_domains"] = list(self.allowed_domains)
+        if self.blocked_domains:
+            out["blocked_domains"] = list(self.blocked_domains)
+        return out
+
+
 class McpToolOverride(_Strict):
     """``[mcp.servers.<server>.tools.<tool>]``."""
 
@@ -94,7 +122,10 @@ class McpServerConfig(_Strict):
 BUILTIN_CONFIGS: dict[str, type[_Strict]] = {
     "current_time": CurrentTimeConfig,
     "fetch_url": FetchUrlConfig,
+    "web_search": WebSearchConfig,
 }
+#: tools the provider runs itself (Lux tool kinds), not gelbridge: never in the registry
+NATIVE_TOOLS = frozenset({"web_search"})
 
 
 def builtin_config(tools_table: dict[str, Any], name: str) -> Any:

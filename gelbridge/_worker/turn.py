@@ -13,7 +13,7 @@ import asyncio
 import logging
 import time
 from collections import OrderedDict
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from enum import StrEnum
@@ -80,13 +80,15 @@ from gelbridge._state import CallRef, StateStore, TurnTiming
 from gelbridge._thread import previous_reply_rkey
 from gelbridge._tools import ToolCall, ToolRegistry, call_digest, execute_journaled, needs_approval, resolve_approvals
 from gelbridge._tools.approval import WaitingCall
+from gelbridge._tools.config import builtin_config
 from gelbridge._tools.journal import INTERRUPTED_OUTPUT
 from gelbridge._worker.decide import Ask, error_message, reply_error_kind
 from gelbridge._worker.repo import RepoView, SideRecords, load_thread
 from gelbridge._worker.resume import DENIED_NOT_RUN, ResumePoint, resume_point
 from gelbridge._worker.timing import ReadClock, reading, start_reads, stop_reads
 from gelbridge._worker.writer import ReplyWriter, content_bytes, fit_parts, size_bound
-from gelbridge.lux import ConversionStatus, Diagnostic, LuxResponse, Options, StreamAccumulator
+from gelbridge.lux import ConversionStatus, Diagnostic, LuxResponse, Options, StreamAccumulator, ToolKind
+from gelbridge.lux import Tool as LuxTool
 
 log = logging.getLogger("gelbridge.worker.turn")
 
@@ -333,6 +335,20 @@ async def _blobs_for(deps: TurnDeps, opened: list[OpenedMessage], keys: dict[str
 # --- tools ---------------------------------------------------------------------------------------
 
 
+def native_tool_specs(settings: Settings, names: Sequence[str]) -> list[LuxTool]:
+    """The provider-run tools a turn asked for and the operator allows (``web_search``):
+    Lux tools of their own kind whose parameters carry the operator's options. Whether
+    the provider's adapter can send one is the model client's to say (it drops it, and
+    says why, when it cannot)."""
+    out = []
+    if "web_search" in names:
+        cfg = builtin_config(settings.tools, "web_search")
+        if cfg.enabled:
+            out.append(LuxTool(name="web_search", kind=ToolKind.WEB_SEARCH, parameters=cfg.options(),
+                               description="Search the web (run by the model provider)"))
+    return out
+
+
 def _journal_key(deps: TurnDeps, key_id: str | None) -> str | None:
     if key_id is not None and key_id in deps.keyring:
         return key_id
@@ -535,8 +551,10 @@ async def answer(deps: TurnDeps, job: TurnJob, state: TurnState, timer: _Timer) 
 
     registry = deps.registry
     tools: list[Any] = []
+    native = native_tool_specs(settings, choice.tools)  # run by the provider: not in the registry
     if registry is not None and choice.tools:
         tools, unknown = registry.select(choice.tools)
+        unknown = [n for n in unknown if n not in {t.name for t in native}]
         if unknown:
             log.info("reply %s: %d requested tool(s) not offered here", ask.reply_rkey, len(unknown))
             state.diagnostics += [Diagnostic(f"tools.{name}", ConversionStatus.UNSUPPORTED, "tool not offered here")
@@ -599,7 +617,7 @@ async def answer(deps: TurnDeps, job: TurnJob, state: TurnState, timer: _Timer) 
     d = settings.defaults
     options = Options(stream=deps.stream, max_output_tokens=d.max_output_tokens, temperature=d.temperature)
     max_steps = max(1, settings.tools_settings.max_steps)
-    tool_specs = [t.spec() for t in tools]
+    tool_specs: list[Any] = [t.spec() for t in tools] + native
     usage_total: list[Usage] = []
 
     for step in range(min(steps_done, max_steps), max_steps + 1):

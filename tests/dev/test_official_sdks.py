@@ -17,6 +17,7 @@ from google.genai import errors as genai_errors
 from google.genai import types as genai_types
 
 from gelbridge._dev.model_server import (
+    Citation,
     CutStream,
     Fail,
     MalformedBody,
@@ -481,3 +482,54 @@ def test_ollama_sdk_errors_and_discovery(server: ModelServer) -> None:
     with pytest.raises(ollama.ResponseError) as mid:
         list(_ollama(server).chat(model="m", messages=[{"role": "user", "content": "x"}], stream=True))
     assert mid.value.error == "model crashed"
+
+
+# ------------------------------------------------------------ provider-native web search
+
+SEARCHED = Turn(text="Paris is the capital.", searches=["capital of france"], chunk_size=5,
+                citations=[Citation("https://en.wikipedia.org/wiki/Paris", "Paris - Wikipedia", "the capital")])
+
+
+def test_the_sdks_parse_native_web_search_answers(server: ModelServer) -> None:
+    from anthropic.types import Message as AnthropicMessage
+    from openai.types.responses import Response
+
+    a = anthropic.Anthropic(base_url=server.url, api_key=KEY, max_retries=0)
+    for stream in (False, True):
+        server.enqueue(SEARCHED)
+        kw = {"model": "claude-sonnet-4-6", "max_tokens": 100, "messages": [{"role": "user", "content": "q"}],
+              "tools": [{"type": "web_search_20250305", "name": "web_search", "max_uses": 2}]}
+        if stream:
+            with a.messages.stream(**kw) as s:
+                list(s)
+                m = s.get_final_message()
+        else:
+            m = a.messages.create(**kw)
+        AnthropicMessage.model_validate(m.model_dump())
+        assert [b.type for b in m.content] == ["server_tool_use", "web_search_tool_result", "text"]
+        assert m.content[0].input == {"query": "capital of france"}
+        assert [(c.url, c.title) for c in m.content[2].citations] == [
+            ("https://en.wikipedia.org/wiki/Paris", "Paris - Wikipedia")]
+
+    o = _openai(server)
+    server.enqueue(SEARCHED)
+    r = o.responses.create(model="gpt-5", input="q", tools=[{"type": "web_search"}])
+    Response.model_validate(r.model_dump())
+    assert [i.type for i in r.output] == ["web_search_call", "message"]
+    assert r.output[1].content[0].annotations[0].url == "https://en.wikipedia.org/wiki/Paris"
+    server.enqueue(SEARCHED)
+    with o.responses.stream(model="gpt-5", input="q", tools=[{"type": "web_search"}]) as s:
+        kinds = [e.type for e in s]
+        final = s.get_final_response()
+    assert "response.web_search_call.completed" in kinds and "response.output_text.annotation.added" in kinds
+    assert final.output[1].content[0].annotations[0].title == "Paris - Wikipedia"
+
+    g = genai.Client(api_key=KEY, http_options=genai_types.HttpOptions(base_url=server.url))
+    server.enqueue(SEARCHED)
+    cfg = genai_types.GenerateContentConfig(tools=[genai_types.Tool(google_search=genai_types.GoogleSearch())])
+    gr = g.models.generate_content(model="gemini-2.5-flash", contents="q", config=cfg)
+    gm = gr.candidates[0].grounding_metadata
+    assert gm.web_search_queries == ["capital of france"]
+    assert [(c.web.uri, c.web.title) for c in gm.grounding_chunks] == [
+        ("https://en.wikipedia.org/wiki/Paris", "Paris - Wikipedia")]
+    assert gm.grounding_supports[0].grounding_chunk_indices == [0]

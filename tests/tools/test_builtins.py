@@ -38,8 +38,10 @@ async def test_current_time_through_the_executor() -> None:
 
 
 def test_unknown_tool_tables_and_bad_values_are_config_errors() -> None:
-    with pytest.raises(ConfigError, match=r"\[tools.web_search\]"):
-        builtin_tools({"web_search": {"enabled": True}})
+    with pytest.raises(ConfigError, match=r"\[tools.web_browse\]"):
+        builtin_tools({"web_browse": {"enabled": True}})
+    # web_search is the provider's own: configured here, never a tool gelbridge runs
+    assert [t.name for t in builtin_tools({"web_search": {"max_uses": 2}})] == ["current_time", "fetch_url"]
     with pytest.raises(ConfigError, match=r"\[tools.fetch_url\] approval"):
         builtin_tools({"fetch_url": {"approval": "maybe"}})
     with pytest.raises(ConfigError, match=r"\[tools.current_time\] colour"):
