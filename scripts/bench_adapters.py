@@ -47,7 +47,7 @@ from gelbridge._adapters.contract import (
 )
 from gelbridge._adapters.registry import AdapterRegistry, builtin_adapters_dir
 from gelbridge._config import Settings
-from gelbridge._dev import _wire_anthropic, _wire_gemini, _wire_ollama, _wire_openai
+from gelbridge._dev import _wire_anthropic, _wire_gemini, _wire_ollama, _wire_openai, _wire_openai_responses
 from gelbridge._dev._wire_common import ToolCall, Turn, WireContext
 from gelbridge._dev.model_server import ModelServer
 from gelbridge._transport import NDJSONDecoder, SSEDecoder
@@ -67,7 +67,8 @@ from gelbridge.lux import (
 ROOT = Path(__file__).resolve().parents[1]
 TEST_SCRIPTS = ROOT / "tests" / "adapters" / "scripts"
 WIRE = {"openai": _wire_openai, "deepseek": _wire_openai, "openai-compatible": _wire_openai,
-        "openai_md": _wire_openai, "anthropic": _wire_anthropic, "gemini": _wire_gemini, "ollama": _wire_ollama}
+        "openai_md": _wire_openai, "anthropic": _wire_anthropic, "gemini": _wire_gemini, "ollama": _wire_ollama,
+        "openai-responses": _wire_openai_responses, "openrouter": _wire_openai}
 
 
 def request(model: str, provider: str) -> LuxRequest:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from gelbridge._dev.model_server import ToolCall, Turn
@@ -205,3 +207,23 @@ async def test_openrouter_sends_the_unified_reasoning_parameter(server):
     await harness.complete(server, "openrouter", req, stream=False)
     body = server.requests[-1].body
     assert body["reasoning"] == {"effort": "high"} and "reasoning_effort" not in body
+
+
+def test_openai_responses_stream_endings():
+    """incomplete → length with usage; failed → a Lux error with the provider's code."""
+    base = [json.dumps({"type": "response.created", "response": {"id": "resp_1", "model": "gpt-5"}}),
+            json.dumps({"type": "response.output_item.added", "output_index": 0,
+                        "item": {"id": "msg_1", "type": "message", "role": "assistant", "content": []}}),
+            json.dumps({"type": "response.output_text.delta", "output_index": 0, "content_index": 0, "delta": "Hel"})]
+    incomplete = json.dumps({"type": "response.incomplete", "response": {
+        "status": "incomplete", "incomplete_details": {"reason": "max_output_tokens"},
+        "usage": {"input_tokens": 10, "output_tokens": 3, "total_tokens": 13,
+                  "input_tokens_details": {"cached_tokens": 4}, "output_tokens_details": {"reasoning_tokens": 1}}}})
+    _, res = harness.chunks("openai-responses", base + [incomplete], model="gpt-5")
+    assert res.choices[0].finish_reason == "length" and res.message.content[0].text == "Hel"
+    assert (res.usage.prompt_tokens, res.usage.cached_tokens, res.usage.reasoning_tokens) == (10, 4, 1)
+    failed = json.dumps({"type": "response.failed", "response": {
+        "status": "failed", "error": {"code": "server_error", "message": "the model broke"}}})
+    events, res = harness.chunks("openai-responses", base + [failed], model="gpt-5")
+    assert events[-1]["event"] == "error" and res.error is not None
+    assert res.error.kind == "server_error" and res.error.provider_code == "server_error"
