@@ -185,6 +185,11 @@ function adapter.transform_request(lux_json)
     end
   end
   local decls = function_tools(functions, declaration)
+  if search and #decls > 0 and not gemini3 then
+    -- Gemini 2.x refuses Google Search next to function declarations: the functions stay
+    log("warn", "Gemini 2 cannot combine Google Search with function tools; not searching in this request")
+    search = nil
+  end
   if search then body.tools = { search } end
   if #decls > 0 then
     body.tools = { { functionDeclarations = decls } }
@@ -287,8 +292,13 @@ local function grounding_annotations(gm)
   if type(gm.groundingSupports) == "table" and #gm.groundingSupports > 0 then
     cited = {}
     for i = 1, #gm.groundingSupports do
-      local idx = gm.groundingSupports[i].groundingChunkIndices
-      if type(idx) == "table" then for j = 1, #idx do cited[idx[j] + 1] = true end end
+      local sup = gm.groundingSupports[i]
+      local idx = type(sup) == "table" and sup.groundingChunkIndices
+      if type(idx) == "table" then
+        for j = 1, #idx do
+          if type(idx[j]) == "number" then cited[idx[j] + 1] = true end
+        end
+      end
     end
   end
   local out, n = jarray(), 0

@@ -51,6 +51,7 @@ local pdata, args_string, media_of, text_of =
 local emit, stream_error, decode_response, decode_chunk, function_tools =
   luxkit.emit, luxkit.stream_error, luxkit.decode_response, luxkit.decode_chunk, luxkit.function_tools
 local type, tostring, pairs = type, tostring, pairs
+local match, sub = string.match, string.sub
 local concat = table.concat
 
 local INCOMPLETE = { max_output_tokens = "length", content_filter = "content_filter" }
@@ -171,6 +172,13 @@ local function split_tools(tools)
   return functions, native
 end
 
+-- OpenAI's reasoning models reason by default: o1/o3/o4..., gpt-5 (not gpt-5-chat).
+local function reasoning_model(model)
+  local m = match(tostring(model or ""), "([^/]*)$") or ""
+  if match(m, "^o%d") then return true end
+  return sub(m, 1, 5) == "gpt-5" and not match(m, "^gpt%-5[%.%d]*%-chat")
+end
+
 local function responses_tool(t, parameters)
   local d = { type = "function", name = t.name, parameters = parameters, strict = t.strict == true }
   if t.description then d.description = t.description end
@@ -181,7 +189,11 @@ function adapter.transform_request(lux_json)
   local req = jdecode(lux_json)
   if type(req) ~= "table" then error("transform_request: the request is not JSON", 0) end
   local input = jarray()
-  local body = { model = req.model, input = input, store = false, include = { "reasoning.encrypted_content" } }
+  local body = { model = req.model, input = input, store = false }
+  -- encrypted reasoning only where there is reasoning: other models refuse the include
+  if (type(req.reasoning) == "table" and req.reasoning.enabled) or reasoning_model(req.model) then
+    body.include = { "reasoning.encrypted_content" }
+  end
   local system = text_of(req.instructions, "\n\n")
   if system ~= "" then body.instructions = system end
   local conv = req.conversation or {}
@@ -245,15 +257,22 @@ end
 
 -- ---------------------------------------------------------------- response
 
+-- a count from the provider: a non-negative number, else nil (a hostile answer)
+local function count(v)
+  if type(v) == "number" and v >= 0 then return v end
+  return nil
+end
+
 local function usage_of(u)
   if type(u) ~= "table" then return nil end
-  local p, c = u.input_tokens or 0, u.output_tokens or 0
-  local out = { prompt_tokens = p, completion_tokens = c, total_tokens = u.total_tokens or (p + c) }
+  local p, c = count(u.input_tokens) or 0, count(u.output_tokens) or 0
+  local out = { prompt_tokens = p, completion_tokens = c, total_tokens = count(u.total_tokens) or (p + c) }
   local od, id = u.output_tokens_details, u.input_tokens_details
-  if type(od) == "table" and od.reasoning_tokens then out.reasoning_tokens = od.reasoning_tokens end
+  if type(od) == "table" then out.reasoning_tokens = count(od.reasoning_tokens) end
   if type(id) == "table" then
-    if id.cached_tokens then out.cached_tokens = id.cached_tokens end
-    if id.cache_write_tokens and id.cache_write_tokens > 0 then out.cache_creation_tokens = id.cache_write_tokens end
+    out.cached_tokens = count(id.cached_tokens)
+    local w = count(id.cache_write_tokens)
+    if w and w > 0 then out.cache_creation_tokens = w end
   end
   return out
 end
@@ -286,13 +305,15 @@ local function summary_text(item)
   local s = item.summary
   if type(s) == "table" then
     for i = 1, #s do
-      if type(s[i].text) == "string" and s[i].text ~= "" then n = n + 1; parts[n] = s[i].text end
+      local e = s[i]
+      if type(e) == "table" and type(e.text) == "string" and e.text ~= "" then n = n + 1; parts[n] = e.text end
     end
   end
   local c = item.content -- reasoning_text of open-weight models
   if n == 0 and type(c) == "table" then
     for i = 1, #c do
-      if type(c[i].text) == "string" and c[i].text ~= "" then n = n + 1; parts[n] = c[i].text end
+      local e = c[i]
+      if type(e) == "table" and type(e.text) == "string" and e.text ~= "" then n = n + 1; parts[n] = e.text end
     end
   end
   return concat(parts, "\n\n")
@@ -317,21 +338,21 @@ function adapter.transform_response(raw)
   local body, failed = decode_response(raw, body_error)
   if not body then return failed end
   if body.status == "failed" then
-    return error_response(body_error(body.error or { message = "the response failed" }))
+    return error_response(body_error(type(body.error) == "table" and body.error or { message = "the response failed" }))
   end
   local content, calls = jarray(), false
-  local output = body.output or {}
+  local output = type(body.output) == "table" and body.output or {}
   for i = 1, #output do
-    local item = output[i]
+    local item = type(output[i]) == "table" and output[i] or {}
     local t = item.type
     if t == "reasoning" then
       local b = { type = "thinking", thinking = { text = summary_text(item), redacted = false } }
       b.provider_data = reasoning_data(item)
       if b.provider_data or b.thinking.text ~= "" then content[#content + 1] = b end
     elseif t == "message" then
-      local parts = item.content or {}
+      local parts = type(item.content) == "table" and item.content or {}
       for j = 1, #parts do
-        local p = parts[j]
+        local p = type(parts[j]) == "table" and parts[j] or {}
         if p.type == "output_text" and type(p.text) == "string" and p.text ~= "" then
           content[#content + 1] = { type = "text", text = p.text, annotations = url_annotations(p.annotations) }
         elseif p.type == "refusal" and type(p.refusal) == "string" then
@@ -441,7 +462,7 @@ function adapter.transform_stream_chunk(data, state)
       events[#events + 1] = { event = "block_delta", index = it.block, delta = { type = "refusal", text = ev.delta } }
     end
   elseif t == "response.output_item.added" then
-    local item = ev.item or {}
+    local item = type(ev.item) == "table" and ev.item or {}
     if item.type == "function_call" then
       state.calls = true
       item_block(events, state, ev.output_index or 0, "tool",
@@ -450,7 +471,7 @@ function adapter.transform_stream_chunk(data, state)
       item_block(events, state, ev.output_index or 0, "thinking", "thinking")
     end
   elseif t == "response.output_item.done" then
-    local item = ev.item or {}
+    local item = type(ev.item) == "table" and ev.item or {}
     local index = ev.output_index or 0
     if item.type == "reasoning" then
       local pd = reasoning_data(item)
@@ -468,17 +489,18 @@ function adapter.transform_stream_chunk(data, state)
     end
     close_item(events, state, index)
   elseif t == "response.created" then
-    local r = ev.response or {}
+    local r = type(ev.response) == "table" and ev.response or {}
     if not state.started then
       state.started = true
       events[#events + 1] = { event = "conversation_start", meta = { id = r.id or "", model = r.model or "" } }
     end
   elseif t == "response.completed" or t == "response.incomplete" then
-    local r = ev.response or {}
-    finish(events, state, finish_of(r.status, r.incomplete_details, state.calls), usage_of(r.usage))
+    local r = type(ev.response) == "table" and ev.response or {}
+    local status = r.status or (t == "response.incomplete" and "incomplete" or "completed")
+    finish(events, state, finish_of(status, r.incomplete_details, state.calls), usage_of(r.usage))
   elseif t == "response.failed" then
-    local r = ev.response or {}
-    local e = r.error or { message = "the response failed" }
+    local r = type(ev.response) == "table" and ev.response or {}
+    local e = type(r.error) == "table" and r.error or { message = "the response failed" }
     close_all(events, state)
     return stream_error(events, error_kind(e.type, e.code), e.message, e.code)
   elseif t == "error" then

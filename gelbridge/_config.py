@@ -97,14 +97,14 @@ class ProviderConfig(_Section):
     max_retries: int = 3
     tool_call_id: ToolCallIdConfig | None = None
     #: prompt caching: Anthropic cache_control breakpoints, OpenAI prompt_cache_key per
-    #: conversation. None (auto): on, except for the openai adapter on a host other than
-    #: api.openai.com (OpenAI-compatible hosts may refuse the unknown prompt_cache_key)
+    #: conversation. None (auto): on, except that the OpenAI-style adapters send
+    #: prompt_cache_key only to api.openai.com (another host may refuse the unknown key)
     prompt_cache: bool | None = None
 
     def caches_prompts(self) -> bool:
         if self.prompt_cache is not None:
             return self.prompt_cache
-        if self.adapter == "openai":
+        if self.adapter in ("openai", "openai-responses", "openrouter"):
             from urllib.parse import urlsplit
 
             return (urlsplit(self.base_url).hostname or "") == "api.openai.com"

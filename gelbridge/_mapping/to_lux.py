@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import hmac
 import re
 from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any, NamedTuple
@@ -157,12 +158,14 @@ def build_request(
     return Converted(req, b.diags + stripped)
 
 
-def prompt_cache_key(account: str, conversation: str) -> str:
+def prompt_cache_key(secret: bytes, account: str, conversation: str) -> str:
     """A stable prompt-cache key for one conversation of one account: the same for every
-    turn (so a provider routes them to the same cache) and derived from no content (a
-    hash of the two names, which the provider cannot turn back into either)."""
-    digest = hashlib.sha256(f"gelbridge-prompt-cache\n{account}\n{conversation}".encode()).hexdigest()
-    return f"gb-{digest[:32]}"
+    turn (so a provider routes them to the same cache) and derived from no content.
+    Keyed (HMAC-SHA256) with ``secret``, the conversation's sealing key: the account and
+    conversation names are public in the repo, so a plain hash of them would let anyone
+    link the provider's traffic to the account; without the key nobody can."""
+    mac = hmac.new(secret, f"gelbridge-prompt-cache\n{account}\n{conversation}".encode(), hashlib.sha256)
+    return f"gb-{mac.hexdigest()[:32]}"
 
 
 def _part_path(rkey: str, pi: int, field: str = "") -> str:

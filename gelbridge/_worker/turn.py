@@ -620,6 +620,9 @@ async def answer(deps: TurnDeps, job: TurnJob, state: TurnState, timer: _Timer) 
     tool_specs: list[Any] = [t.spec() for t in tools] + native
     usage_total: list[Usage] = []
 
+    # sealed conversations only: the key is derived from their sealing key (plain ones have none to hide)
+    cache_key = (prompt_cache_key(deps.keyring[ask.key_id], deps.did, ask.conversation)
+                 if ask.key_id is not None and ask.key_id in deps.keyring else None)
     for step in range(min(steps_done, max_steps), max_steps + 1):
         state.steps = step + 1
         conv = build_request(
@@ -627,7 +630,7 @@ async def answer(deps: TurnDeps, job: TurnJob, state: TurnState, timer: _Timer) 
             conversation_instructions=conv_instructions,
             tool_specs=tool_specs if step < max_steps else (),
             options=options, blobs=blobs, reply_prefix=parts,
-            cache_key=prompt_cache_key(deps.did, ask.conversation),
+            cache_key=cache_key,
         )
         acc = StreamAccumulator(provider=provider, model=model_id)
         prefix = list(parts)

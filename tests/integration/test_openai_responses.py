@@ -28,7 +28,8 @@ def settings_for(dev_pds: DevPds, account: AccountInfo, tmp_path: Path, server: 
     return make_settings(
         dev_pds.pds_url, account, tmp_path / "state", server.url,
         defaults={"model": {"provider": "oai", "id": "gpt-5"}, "tools": ["current_time"]},
-        providers={"oai": {"adapter": "openai-responses", "base_url": server.url + "/v1", "max_retries": 0},
+        providers={"oai": {"adapter": "openai-responses", "base_url": server.url + "/v1", "max_retries": 0,
+                           "prompt_cache": True},  # auto sends the key only to api.openai.com
                    "chat": {"adapter": "openai", "base_url": server.url + "/v1", "max_retries": 0}},
     )
 
@@ -81,8 +82,11 @@ async def test_reasoning_items_go_back_in_order_to_the_same_model_only(
         assert [i["encrypted_content"] for i in third["input"] if i.get("type") == "reasoning"] == [ENC_A, ENC_B]
         assert all("id" not in i for i in third["input"])  # store = false: no item ids
         # one prompt-cache key for the conversation, derived from no content
+        # keyed with the conversation's sealing key: not computable from the public names alone
+        secret = keyring[0][keyring[1]]
         keys = {b["prompt_cache_key"] for b in responses_bodies(model_server)}
-        assert keys == {prompt_cache_key(app.did, conv)} and keys != {prompt_cache_key(app.did, new_tid())}
+        assert keys == {prompt_cache_key(secret, app.did, conv)}
+        assert keys != {prompt_cache_key(secret, app.did, new_tid())} and keys != {prompt_cache_key(b"", app.did, conv)}
 
         # the same thread sent to another provider (Chat Completions): no reasoning state
         model_server.enqueue(Turn(text="From elsewhere."))

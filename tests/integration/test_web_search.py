@@ -31,7 +31,8 @@ PROVIDERS = {  # name: (adapter, base path, model, how the request names the sea
     "openai-responses": ("openai-responses", "/v1", "gpt-5", {"type": "web_search"}),
     "anthropic": ("anthropic", "", "claude-sonnet-4-6",
                   {"type": "web_search_20250305", "name": "web_search", "max_uses": 2}),
-    "gemini": ("gemini", "/v1beta", "gemini-2.5-flash", {"googleSearch": {}}),
+    # Gemini 3: Google Search next to function tools (Gemini 2 takes one or the other)
+    "gemini": ("gemini", "/v1beta", "gemini-3-pro-preview", {"googleSearch": {}}),
 }
 
 

@@ -227,3 +227,52 @@ def test_openai_responses_stream_endings():
     events, res = harness.chunks("openai-responses", base + [failed], model="gpt-5")
     assert events[-1]["event"] == "error" and res.error is not None
     assert res.error.kind == "server_error" and res.error.provider_code == "server_error"
+
+
+async def test_openai_responses_asks_for_encrypted_reasoning_only_where_there_is_reasoning(server):
+    from gelbridge.lux import ReasoningConfig
+
+    def req(model, reasoning=None):
+        return LuxRequest(model=model, conversation=[Message("user", [Text("hi")])], options=Options(stream=False),
+                          reasoning=reasoning)
+
+    for model, reasoning, asked in [("gpt-5", None, True), ("o4-mini", None, True), ("gpt-4.1", None, False),
+                                    ("gpt-5-chat-latest", None, False),
+                                    ("gpt-4.1", ReasoningConfig.from_effort("low"), True)]:
+        await harness.complete(server, "openai-responses", req(model, reasoning), stream=False)
+        body = server.requests[-1].body
+        assert ("include" in body) is asked, model
+        assert body["store"] is False
+
+
+async def test_gemini_2_searches_only_without_function_tools(server):
+    from gelbridge.lux import Tool as LuxTool
+
+    search = LuxTool("web_search", {"max_uses": 2}, kind="web_search")
+    for model, tools, shapes in [
+        ("gemini-2.5-flash", [search], [["googleSearch"]]),
+        ("gemini-2.5-flash", [search, *TOOLS], [["functionDeclarations"]]),
+        ("gemini-3-pro-preview", [search, *TOOLS], [["functionDeclarations"], ["googleSearch"]]),
+    ]:
+        req = LuxRequest(model=model, conversation=[Message("user", [Text("q")])], options=Options(stream=False),
+                         tools=tools)
+        await harness.complete(server, "gemini", req, stream=False)
+        assert [list(t) for t in server.requests[-1].body["tools"]] == shapes, model
+
+
+@pytest.mark.parametrize("raw", [
+    '{"id":"r","model":"m","status":"completed","output":[3,{"type":"message","content":"text"},'
+    '{"type":"reasoning","summary":[1,null]}],"usage":{"input_tokens":"many","output_tokens_details":[]}}',
+    '{"id":"r","model":"m","status":"failed","error":true}',
+])
+def test_openai_responses_survives_hostile_answers(raw):
+    out = harness.response("openai-responses", raw)
+    assert out["choices"][0]["finish_reason"] in ("stop", "error")
+
+
+def test_gemini_survives_hostile_grounding():
+    raw = json.dumps({"candidates": [{"content": {"parts": [{"text": "t"}], "role": "model"}, "finishReason": "STOP",
+                                      "groundingMetadata": {"groundingChunks": [{"web": {"uri": "https://a.example"}}],
+                                                            "groundingSupports": [5, {"groundingChunkIndices": [None, "x", 0]}]}}]})
+    out = harness.response("gemini", raw)
+    assert out["choices"][0]["message"]["content"][0]["annotations"] == [{"kind": "url", "ref": "https://a.example"}]
