@@ -142,6 +142,29 @@ def convert_request(adapter: Adapter, request: LuxRequest, *, provider: str, mod
     return lux_to_completion_request(request, provider=provider, model=model, id_map=ids)
 
 
+def shaped_for(request: LuxRequest, adapter: Adapter, cfg: ProviderConfig | None,
+               diags: list[Diagnostic]) -> tuple[LuxRequest, list[str]]:
+    """The request as this provider's adapter is to get it (the one rule for the model
+    client and ``gelbridge convert --to``): prompt caching marked off where the operator,
+    or the auto rule, says (``metadata.prompt_cache``), and provider-run tools
+    (``web_search``) only where the adapter declares them in ``native_tools``; elsewhere
+    such a tool is not offered, with a diagnostic. Returns the kinds it dropped."""
+    if cfg is not None and not cfg.caches_prompts():
+        request = replace(request, metadata={**(request.metadata or {}), "prompt_cache": "off"})
+    dropped: list[str] = []
+    if request.tools and any(t.kind != ToolKind.FUNCTION for t in request.tools):
+        kept = []
+        for t in request.tools:
+            if t.kind == ToolKind.FUNCTION or t.kind in adapter.options.native_tools:
+                kept.append(t)
+                continue
+            dropped.append(t.kind)
+            diags.append(Diagnostic(f"tools.{t.name}", ConversionStatus.UNSUPPORTED,
+                                    f"adapter {adapter.name!r} has no native {t.kind}; not offered"))
+        request = replace(request, tools=kept or None)
+    return request, dropped
+
+
 def provider_body(adapter: Adapter, request: LuxRequest, *, provider: str, model: str,
                   id_rule: ToolCallIdRule | None = None) -> Converted[str]:
     """The HTTP body ``adapter`` would send for ``request`` (runs the script; no network)."""
@@ -250,10 +273,12 @@ class ModelClient:
                               f"(models: {', '.join(cfg.models) or 'none'}); add it to models or pick another")
         adapter = self.adapter_for(provider)
         diags: list[Diagnostic] = []
-        if not cfg.caches_prompts():  # the adapters read metadata.prompt_cache
-            request = replace(request, metadata={**(request.metadata or {}), "prompt_cache": "off"})
-        if request.tools and any(t.kind != ToolKind.FUNCTION for t in request.tools):
-            request = self._native_tools_only_where_supported(request, adapter, provider, diags)
+        request, dropped = shaped_for(request, adapter, cfg, diags)
+        for kind in dropped:
+            if (provider, kind) not in self._told:
+                self._told.add((provider, kind))
+                log.info("provider %r: %s is not offered (adapter %r has no native %s; "
+                         "openai-responses, anthropic and gemini have)", provider, kind, adapter.name, kind)
         want = request.options.stream if stream is None else stream
         if want and not adapter.has_stream_transform:
             diags.append(Diagnostic("options.stream", ConversionStatus.DEGRADED,
@@ -279,24 +304,6 @@ class ModelClient:
                 headers = dynamic
         headers.update(self._auth_headers(provider, cfg, adapter))
         return PreparedRequest(conv.value, url, path, headers, want, adapter.options.stream_format, diags)
-
-    def _native_tools_only_where_supported(self, request: LuxRequest, adapter: Adapter, provider: str,
-                                           diags: list[Diagnostic]) -> LuxRequest:
-        """Provider-run tools (``web_search``) go only to adapters that declare them in
-        ``native_tools``; elsewhere the tool is not offered, with a diagnostic and one
-        line in the operator's log per provider."""
-        kept = []
-        for t in request.tools or ():
-            if t.kind == ToolKind.FUNCTION or t.kind in adapter.options.native_tools:
-                kept.append(t)
-                continue
-            diags.append(Diagnostic(f"tools.{t.name}", ConversionStatus.UNSUPPORTED,
-                                    f"adapter {adapter.name!r} has no native {t.kind}; not offered"))
-            if (provider, t.kind) not in self._told:
-                self._told.add((provider, t.kind))
-                log.info("provider %r: %s is not offered (adapter %r has no native %s; "
-                         "openai-responses, anthropic and gemini have)", provider, t.name, adapter.name, t.kind)
-        return replace(request, tools=kept or None)
 
     async def complete(
         self,

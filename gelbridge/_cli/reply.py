@@ -27,6 +27,7 @@ from gelbridge._errors import AdapterError, AdapterLoadError, GelbridgeError
 if TYPE_CHECKING:
     from gelbridge._cli.records import ConvertResult
     from gelbridge._config import Settings
+    from gelbridge.lux import Diagnostic
 
 
 def print_provider_body(adapter_name: str, result: ConvertResult, settings: Settings,
@@ -35,13 +36,15 @@ def print_provider_body(adapter_name: str, result: ConvertResult, settings: Sett
     (stdout, pretty JSON when it is JSON) and the diagnostics (stderr)."""
     import json
 
-    from gelbridge._adapters.client import provider_body
+    from gelbridge._adapters.client import provider_body, shaped_for
     from gelbridge._adapters.registry import registry_from_settings
 
     registry = registry_from_settings(settings)
     adapter = registry.get(adapter_name)
+    shaping: list[Diagnostic] = []
+    request, _ = shaped_for(result.request, adapter, settings.providers.get(result.provider), shaping)
     try:
-        conv = provider_body(adapter, result.request, provider=result.provider, model=result.request.model)
+        conv = provider_body(adapter, request, provider=result.provider, model=result.request.model)
     except AdapterError as e:
         if show_content or isinstance(e, AdapterLoadError):
             raise
@@ -53,7 +56,7 @@ def print_provider_body(adapter_name: str, result: ConvertResult, settings: Sett
     except ValueError:
         text = conv.value
     sys.stdout.write(text + "\n")
-    for d in [*result.diagnostics, *conv.diagnostics]:
+    for d in [*result.diagnostics, *shaping, *conv.diagnostics]:
         sys.stderr.write(d.describe(show_content) + "\n")
 
 
