@@ -65,7 +65,9 @@ async def test_the_worker_and_reply_convert_give_the_same_reply_and_request(
 ) -> None:
     tools = {"approval_ttl": TTL}
     settings = make_settings(dev_pds.pds_url, pds_account, tmp_path / "state", model_server.url,
-                             defaults={"tools": ["current_time", "fetch_url"]}, tools=tools)
+                             defaults={"tools": ["current_time", "fetch_url"]}, tools=tools,
+                             providers={"local": {"adapter": "openai", "base_url": model_server.url + "/v1",
+                                                  "max_retries": 0, "prompt_cache": True}})
     answers = {
         "text": [Turn(text="Plain words, nothing else.", usage=(10, 4, 0))],
         "approval": [Turn(tool_calls=[FETCH], usage=(12, 5, 0))],
@@ -110,7 +112,8 @@ async def test_the_worker_and_reply_convert_give_the_same_reply_and_request(
         cfg = tmp_path / "offline.toml"
         cfg.write_text("\n".join([
             '[defaults]\nmodel = { provider = "local", id = "echo-1" }\ntools = ["current_time", "fetch_url"]',
-            f'[providers.local]\nadapter = "openai"\nbase_url = "{offline_model.url}/v1"\nmax_retries = 0',
+            f'[providers.local]\nadapter = "openai"\nbase_url = "{offline_model.url}/v1"\nmax_retries = 0\n'
+            "prompt_cache = true",  # the keyed cache key too must come out the same
             f"[tools]\napproval_ttl = {TTL}",
         ]) + "\n")
         offline: dict[str, dict[str, Any]] = {}
@@ -130,3 +133,4 @@ async def test_the_worker_and_reply_convert_give_the_same_reply_and_request(
     for case in asked:
         assert offline[case] == online[case], case
     assert offline_requests == worker_requests  # the same four requests, byte for byte as JSON
+    assert all(str(r.get("prompt_cache_key", "")).startswith("gb-") for r in worker_requests)
