@@ -20,6 +20,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
+from gelbridge._dev import _wire_openai
 from gelbridge._dev._wire_common import (
     FINISH_CONTENT_FILTER,
     FINISH_LENGTH,
@@ -36,13 +37,6 @@ PROVIDER = "openai-responses"
 STREAM_CONTENT_TYPE = "text/event-stream; charset=utf-8"
 ENCRYPTED_INCLUDE = "reasoning.encrypted_content"
 
-_ERROR_TYPES = {
-    400: ("invalid_request_error", None),
-    401: ("invalid_request_error", "invalid_api_key"),
-    403: ("invalid_request_error", "unsupported_country_region_territory"),
-    404: ("invalid_request_error", "model_not_found"),
-    429: ("requests", "rate_limit_exceeded"),
-}
 #: neutral finish reason → (status, incomplete_details.reason)
 _INCOMPLETE = {FINISH_LENGTH: "max_output_tokens", FINISH_CONTENT_FILTER: "content_filter"}
 
@@ -51,18 +45,10 @@ def matches(path: str) -> bool:
     return path.endswith("/responses")
 
 
-def auth_ok(headers: Mapping[str, str], query: Mapping[str, str], key: str) -> bool:
-    return headers.get("authorization", "") == f"Bearer {key}"
-
-
-def wants_stream(body: Mapping[str, Any]) -> bool:
-    return body.get("stream") is True
-
-
-def error_body(status: int, message: str, code: str | None = None) -> dict[str, Any]:
-    err_type, default_code = _ERROR_TYPES.get(status, ("server_error" if status >= 500 else "invalid_request_error",
-                                                       None))
-    return {"error": {"message": message, "type": err_type, "param": None, "code": code or default_code}}
+# the same API as Chat Completions for these: Bearer auth, "stream": true, the error object
+auth_ok = _wire_openai.auth_ok
+wants_stream = _wire_openai.wants_stream
+error_body = _wire_openai.error_body
 
 
 def encrypted_reasoning(turn: Turn, ctx: WireContext) -> str:
