@@ -237,21 +237,14 @@ local function web_search_tool(t)
 end
 
 -- A text block's web search citations as Lux url annotations (nil when none).
+local function citation(c) return c.url, c.title end
+
 local function citation_annotation(c)
-  if type(c) == "table" and type(c.url) == "string" and c.url ~= "" then
-    return { kind = "url", ref = c.url, text = type(c.title) == "string" and c.title or nil }
-  end
-  return nil
+  return type(c) == "table" and luxkit.url_annotation(citation(c)) or nil
 end
 
 local function citation_annotations(list)
-  if type(list) ~= "table" then return nil end
-  local out, n = jarray(), 0
-  for i = 1, #list do
-    local a = citation_annotation(list[i])
-    if a then n = n + 1; out[n] = a end
-  end
-  return n > 0 and out or nil
+  return luxkit.url_annotations(list, citation)
 end
 
 local function tool_definition(t, parameters)

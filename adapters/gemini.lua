@@ -301,15 +301,10 @@ local function grounding_annotations(gm)
       end
     end
   end
-  local out, n = jarray(), 0
-  for i = 1, #chunks do
-    local web = type(chunks[i]) == "table" and chunks[i].web
-    if type(web) == "table" and type(web.uri) == "string" and web.uri ~= "" and (not cited or cited[i]) then
-      n = n + 1
-      out[n] = { kind = "url", ref = web.uri, text = type(web.title) == "string" and web.title or nil }
-    end
-  end
-  return n > 0 and out or nil
+  return luxkit.url_annotations(chunks, function(chunk, i)
+    local web = chunk.web
+    if type(web) == "table" and (not cited or cited[i]) then return web.uri, web.title end
+  end)
 end
 
 function adapter.transform_response(raw)

@@ -283,21 +283,16 @@ local function body_error(e)
 end
 
 -- url_citation annotations as Lux url annotations (nil when there are none)
-local function url_annotation(a)
-  if type(a) == "table" and a.type == "url_citation" and type(a.url) == "string" and a.url ~= "" then
-    return { kind = "url", ref = a.url, text = type(a.title) == "string" and a.title or nil }
-  end
-  return nil
+local function url_citation(a)
+  if a.type == "url_citation" then return a.url, a.title end
 end
 
-local function url_annotations(list)
-  if type(list) ~= "table" then return nil end
-  local out, n = jarray(), 0
-  for i = 1, #list do
-    local a = url_annotation(list[i])
-    if a then n = n + 1; out[n] = a end
-  end
-  return n > 0 and out or nil
+local function annotation_of(a)
+  return type(a) == "table" and luxkit.url_annotation(url_citation(a)) or nil
+end
+
+local function annotations_of(list)
+  return luxkit.url_annotations(list, url_citation)
 end
 
 local function summary_text(item)
@@ -354,7 +349,7 @@ function adapter.transform_response(raw)
       for j = 1, #parts do
         local p = type(parts[j]) == "table" and parts[j] or {}
         if p.type == "output_text" and type(p.text) == "string" and p.text ~= "" then
-          content[#content + 1] = { type = "text", text = p.text, annotations = url_annotations(p.annotations) }
+          content[#content + 1] = { type = "text", text = p.text, annotations = annotations_of(p.annotations) }
         elseif p.type == "refusal" and type(p.refusal) == "string" then
           content[#content + 1] = { type = "refusal", refusal = p.refusal }
         end
@@ -451,7 +446,7 @@ function adapter.transform_stream_chunk(data, state)
         delta = { type = "tool_arguments", arguments = ev.delta } }
     end
   elseif t == "response.output_text.annotation.added" then
-    local a = url_annotation(ev.annotation)
+    local a = annotation_of(ev.annotation)
     if a then
       local it = item_block(events, state, ev.output_index or 0, "text", "text")
       events[#events + 1] = { event = "annotations", index = it.block, annotations = { a } }

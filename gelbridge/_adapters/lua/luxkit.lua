@@ -212,6 +212,25 @@ local function decode_chunk(data, body_error, what)
   return ch
 end
 
+-- A cited web page (provider-native search) as a Lux url annotation; nil without a url.
+local function url_annotation(url, title)
+  if type(url) ~= "string" or url == "" then return nil end
+  return { kind = "url", ref = url, text = type(title) == "string" and title or nil }
+end
+
+-- The url annotations of a provider's citation list: pick(entry) returns its
+-- (url, title), or nothing to leave it out; nil when no entry gives one.
+local function url_annotations(list, pick)
+  if type(list) ~= "table" then return nil end
+  local out, n = jarray(), 0
+  for i = 1, #list do
+    local e = list[i]
+    local a = type(e) == "table" and url_annotation(pick(e, i))
+    if a then n = n + 1; out[n] = a end
+  end
+  return n > 0 and out or nil
+end
+
 -- Prompt caching: whether the host turned it off for this provider
 -- (metadata.prompt_cache = "off"), and the conversation's stable cache key
 -- (metadata.cache_key, derived from no content) for providers that route by one.
@@ -780,4 +799,5 @@ return {
   emit = emit, stream_error = stream_error, decode_response = decode_response,
   decode_chunk = decode_chunk, function_tools = function_tools, openai_family = openai_family,
   prompt_cache_on = prompt_cache_on, prompt_cache_key = prompt_cache_key,
+  url_annotation = url_annotation, url_annotations = url_annotations,
 }
