@@ -367,6 +367,7 @@ class ModelClient:
         partial = getattr(error, "partial", None)
         if partial is not None and any(c.message.content for c in partial.choices):
             return None  # something was already shown: not silently replaced
+        # no provider is named "": every block's provider data counts as foreign and goes
         stripped, removed = strip_foreign_provider_data(request, "", "")
         if not removed:
             return None

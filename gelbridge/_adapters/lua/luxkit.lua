@@ -741,11 +741,6 @@ local function openai_family(flavor)
     end
     local ch, failed = decode_chunk(data, body_error, "chunk")
     if not ch then return failed end
-    local choice0 = ch.choices and ch.choices[1]
-    if OPENROUTER and type(choice0) == "table" and type(choice0.delta) == "table"
-      and is_array(choice0.delta.reasoning_details) then
-      merge_details(state, choice0.delta.reasoning_details)
-    end
     if not state.started then
       state.started = true
       state.id = ch.id
@@ -754,6 +749,7 @@ local function openai_family(flavor)
     local choice = ch.choices and ch.choices[1]
     if type(choice) == "table" then
       local d = choice.delta or {}
+      if OPENROUTER and is_array(d.reasoning_details) then merge_details(state, d.reasoning_details) end
       local r = d.reasoning_content or d.reasoning
       if type(r) == "string" and r ~= "" then
         local fresh = state.thinking == nil
