@@ -1,4 +1,4 @@
-"""``gelbridge dev ...``: developer tools. ``gelbridge dev pds`` runs a local reference PDS."""
+"""``gelbridge dev ...``: developer tools: ``dev pds`` runs a local reference PDS, ``dev postgres`` a local PostgreSQL."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import typer
 from gelbridge._cli import app
 
 dev_app = typer.Typer(
-    help="Developer tools: a local reference PDS (and more) for trying gelbridge offline.",
+    help="Developer tools: a local reference PDS and PostgreSQL for trying gelbridge offline.",
     no_args_is_help=True,
 )
 app.add_typer(dev_app, name="dev")
@@ -49,5 +49,40 @@ def pds_command(
                 raise typer.Exit(1)
     finally:
         pds.stop()
+        for s, h in old.items():
+            signal.signal(s, h)
+
+
+@dev_app.command("postgres")
+def postgres_command(
+    port: int = typer.Option(None, "--port", help="Port on 127.0.0.1 (default: a free port)."),
+    timeout: float = typer.Option(60.0, "--timeout", help="Seconds to wait for PostgreSQL to start."),
+) -> None:
+    """Run a throw-away PostgreSQL cluster on loopback until Ctrl-C / SIGTERM.
+
+    Uses the machine's PostgreSQL (apt-installs it when missing; the initdb'd template is
+    cached outside the repo). Prints one JSON line {"url": URL} on stdout when ready: put
+    it in [state] url (or GELBRIDGE_STATE_URL) to share state between workers. Trust
+    auth on 127.0.0.1 only; all data is deleted on exit.
+    """
+    from gelbridge._dev.postgres import DevPostgres
+
+    stop = threading.Event()
+
+    def on_signal(signum: int, frame: FrameType | None) -> None:
+        stop.set()
+
+    old = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
+    pg = DevPostgres()
+    try:
+        pg.start(port=port, timeout=timeout)
+        print(json.dumps({"url": pg.url}), flush=True)
+        print(f"dev PostgreSQL running at {pg.url}; Ctrl-C to stop", file=sys.stderr)
+        while not stop.wait(0.5):
+            if not pg.running:
+                print("error: the dev PostgreSQL exited unexpectedly", file=sys.stderr)
+                raise typer.Exit(1)
+    finally:
+        pg.stop()
         for s, h in old.items():
             signal.signal(s, h)

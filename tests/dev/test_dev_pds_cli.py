@@ -4,33 +4,20 @@ from __future__ import annotations
 
 import json
 import os
-import select
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import httpx
 import pytest
 
 from gelbridge._dev.pds import DevPds, create_account, free_port
+from testkit.processes import read_line
 
 pytestmark = [pytest.mark.pds, pytest.mark.timeout(200)]
 
 GELBRIDGE = [sys.executable, "-m", "gelbridge"]
-
-
-def read_line(proc: subprocess.Popen[str], timeout: float) -> str:
-    assert proc.stdout is not None
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        ready, _, _ = select.select([proc.stdout], [], [], 0.5)
-        if ready:
-            return proc.stdout.readline()
-        if proc.poll() is not None:
-            break
-    return ""
 
 
 def test_dev_pds_command_prints_ready_line_and_stops_on_sigterm(tmp_path: Path) -> None:
