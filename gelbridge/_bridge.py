@@ -79,7 +79,7 @@ from gelbridge._ingest import (
     from_record,
 )
 from gelbridge._seams import Printer
-from gelbridge._state import StateStore
+from gelbridge._state import StateStore, open_state, state_location
 from gelbridge._worker.watch import backfill_logged, deliver, run_until, stop_tasks, watch_sources
 
 log = logging.getLogger("gelbridge.bridge")
@@ -142,10 +142,12 @@ class Bridge:
         environ: Mapping[str, str] | None = None,
         worker_factory: Callable[..., Any] | None = None,
         sweep_interval: float = 30.0,
+        store: StateStore | None = None,
     ) -> None:
         """``keyrings`` (by account label) replace the keyring files; ``environ`` is where
         app passwords are read (default ``os.environ``); ``backfill`` defaults to
-        ``[worker] backfill``."""
+        ``[worker] backfill``; ``store``: the state store to use, left open at the end
+        (default: opened from ``[state]`` and closed with the bridge)."""
         if queue_size < 1 or shards < 1:
             raise ValueError("queue_size and shards must be at least 1")
         self.settings = settings
@@ -161,6 +163,7 @@ class Bridge:
         self._by_did: dict[str, AccountContext] = {}
         self._filter: RecordFilter | None = None
         self._store: StateStore | None = None
+        self._given_store = store
         self._loop: asyncio.AbstractEventLoop | None = None
         self._loop_thread: int | None = None
         self._shards: list[asyncio.Queue[_Item]] = []
@@ -178,6 +181,8 @@ class Bridge:
         self._adopted: Any = None  # the one started-or-not Worker of Bridge.around()
         self.metrics: Any = None  # gelbridge._observability.Metrics, when [observability] listen is set
         self.watched: Any = None  # gelbridge._observability.Watched, while it serves
+        #: seconds running replies get when the bridge stops (None: [worker] shutdown_grace)
+        self.shutdown_grace: float | None = None
 
     @classmethod
     def from_config(cls, path: str | Path | None = None, **kw: Any) -> Bridge:
@@ -231,12 +236,14 @@ class Bridge:
         self._loop_thread = threading.get_ident()
         tracing.configure(self.settings.observability)
         adopted = self._adopted
-        if adopted is not None and adopted.given_store is not None:
+        if self._given_store is not None:
+            self._store = self._given_store
+        elif adopted is not None and adopted.given_store is not None:
             self._store = adopted.given_store  # the worker's own (it closes it)
         elif adopted is not None:
             self._store = None  # the worker opens [state] dir itself; shared below
         else:
-            self._store = StateStore.open_dir(self.settings.state_dir)
+            self._store = open_state(self.settings)
         listen = self.settings.observability.listen
         if listen and self.metrics is None:
             from gelbridge._observability import Metrics
@@ -246,7 +253,7 @@ class Bridge:
         try:
             for entry in self._entries:
                 acct = self.settings.for_account(entry)
-                shared = acct.state_dir == self.settings.state_dir
+                shared = state_location(acct) == state_location(self.settings)
                 worker = self._new_worker(acct, self._keyrings.get(entry.label), self._store if shared else None)
                 if self.metrics is not None:
                     worker.metrics, worker.label = self.metrics, entry.label
@@ -273,7 +280,7 @@ class Bridge:
             for ctx in started:
                 await ctx.worker.aclose(0)
             self._by_did.clear()
-            if self._store is not None and self._adopted is None:
+            if self._store is not None and self._adopted is None and self._given_store is None:
                 self._store.close()
             self._store = None
             raise
@@ -310,6 +317,8 @@ class Bridge:
         if not self._running and not self._by_did:
             return
         self._running = False
+        if grace is None:
+            grace = self.shutdown_grace
         g = self.settings.worker.shutdown_grace if grace is None else grace
         await self.join(timeout=g)
         await stop_tasks(self._tasks)
@@ -320,7 +329,7 @@ class Bridge:
             if isinstance(res, Exception):
                 log.error("closing account %s failed (%s)", ctx.label, type(res).__name__)
         self._by_did.clear()
-        if self._store is not None and self._adopted is None:
+        if self._store is not None and self._adopted is None and self._given_store is None:
             self._store.close()
         self._store = None
 

@@ -5,6 +5,7 @@ no file (embedded defaults). Environment variables override single keys:
 
 - ``GELBRIDGE_KEYRING``      → ``keyring.path``
 - ``GELBRIDGE_STATE_DIR``    → ``state.dir``
+- ``GELBRIDGE_STATE_URL``    → ``state.url`` (may carry the password; the file's may not)
 - ``GELBRIDGE_PDS``          → ``account.pds``
 - ``GELBRIDGE_IDENTIFIER``   → ``account.identifier``
 
@@ -57,7 +58,27 @@ class KeyringConfig(_Section):
 
 
 class StateConfig(_Section):
+    """``[state]``: a SQLite file in ``dir`` (one worker), or a PostgreSQL database at
+    ``url`` shared by a fleet of workers (``gelbridge._state``)."""
+
     dir: Path = Path("~/.local/state/gelbridge")
+    #: postgresql://user@host:port/dbname; its password comes from GELBRIDGE_STATE_URL or
+    #: PGPASSWORD (libpq), never from the file
+    url: str | None = None
+    #: seconds: the bound on connecting to Postgres and on any one statement
+    timeout: float = Field(5.0, gt=0, le=60)
+
+    @field_validator("url")
+    @classmethod
+    def _postgres_url(cls, v: str | None) -> str | None:
+        if v is None:
+            return None
+        parts = urlsplit(v)
+        if parts.scheme not in ("postgresql", "postgres"):
+            raise ValueError("must be a postgresql://user@host:port/dbname URL (or leave it out for SQLite in dir)")
+        if not parts.hostname and "host=" not in (parts.query or ""):
+            raise ValueError("must name the host: postgresql://user@host:port/dbname")
+        return v
 
 
 class DefaultsConfig(_Section):
@@ -95,6 +116,9 @@ class ProviderConfig(_Section):
     #: (a provider trickling keep-alives never outlasts it); ends the reply with ``timeout``
     deadline: float = Field(600.0, gt=0)
     max_retries: int = 3
+    #: connections open to this provider at once: a streaming reply holds one for its
+    #: whole length, so this bounds the streams in flight (more wait connect_timeout)
+    max_connections: int = Field(1024, ge=1, le=65536)
     tool_call_id: ToolCallIdConfig | None = None
     #: prompt caching: Anthropic cache_control breakpoints, OpenAI prompt_cache_key per
     #: conversation. None (auto): on, except that the OpenAI-style adapters send
@@ -117,6 +141,9 @@ class AdaptersConfig(_Section):
     memory_limit_mb: int = 64
     instruction_limit: int = 200_000_000
     pool_size: int = 4
+    #: streams of one adapter that share a Lua runtime, each with its own state table;
+    #: they share memory_limit_mb too, and a limit one hits ends the others (1: isolated)
+    streams_per_runtime: int = Field(32, ge=1, le=1024)
     engine: Literal["auto", "luajit", "lua54"] = "auto"
 
 
@@ -171,6 +198,14 @@ SOURCE_BUILDERS = {
     "poll": "gelbridge._worker.sources:poll_sources",
     "jetstream": "gelbridge._jetstream:jetstream_sources",
 }
+
+
+class FleetConfig(_Section):
+    """``[fleet]``: how workers sharing ``[state] url`` split the accounts (``gelbridge._fleet``)."""
+
+    #: seconds a worker's lease on an account lasts without a heartbeat: a dead worker's
+    #: accounts are served again this long after its last one (heartbeats every quarter)
+    lease_seconds: float = Field(15.0, ge=2, le=600)
 
 
 class WatchConfig(_Section):
@@ -259,6 +294,7 @@ class Settings(_Section):
     thread: ThreadConfig = Field(default_factory=ThreadConfig)
     watch: WatchConfig = Field(default_factory=WatchConfig)
     worker: WorkerConfig = Field(default_factory=WorkerConfig)
+    fleet: FleetConfig = Field(default_factory=FleetConfig)
     observability: ObservabilityConfig = Field(default_factory=ObservabilityConfig)
     logging: LoggingConfig = Field(default_factory=LoggingConfig)
     tools: dict[str, Any] = Field(default_factory=dict)
@@ -320,6 +356,7 @@ class Settings(_Section):
 _ENV_OVERRIDES: dict[str, tuple[str, str]] = {
     "GELBRIDGE_KEYRING": ("keyring", "path"),
     "GELBRIDGE_STATE_DIR": ("state", "dir"),
+    "GELBRIDGE_STATE_URL": ("state", "url"),
     "GELBRIDGE_PDS": ("account", "pds"),
     "GELBRIDGE_IDENTIFIER": ("account", "identifier"),
 }
@@ -458,6 +495,9 @@ def load_config(
         st = data.get("state", {})
         if isinstance(st, dict) and st.get("dir") and not Path(st["dir"]).expanduser().is_absolute():
             st["dir"] = str(base / st["dir"])
+        if isinstance(st, dict) and isinstance(st.get("url"), str) and urlsplit(st["url"]).password:
+            raise ConfigError(f"{p}: [state] url has a password in it; keep secrets out of the file: "
+                              "set GELBRIDGE_STATE_URL (the whole URL) or PGPASSWORD instead")
         for acct in data.get("accounts", []) if isinstance(data.get("accounts"), list) else []:
             for k in ("keyring", "state_dir"):
                 if isinstance(acct, dict) and acct.get(k) and not Path(acct[k]).expanduser().is_absolute():

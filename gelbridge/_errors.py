@@ -218,6 +218,13 @@ class StateError(GelbridgeError):
     kind = "server_error"
 
 
+class LeaseLost(GelbridgeError):
+    """This worker no longer holds (or soon may not hold) the fleet's lease on the account:
+    it must not write for it again; the worker that takes the lease over finishes the work."""
+
+    kind = "lease_lost"
+
+
 def is_transient(error: BaseException) -> bool:
     """A failure that may pass by itself (the PDS or the state store unreachable, a
     socket error): an event source retries the record instead of skipping it. A

@@ -356,6 +356,9 @@ class PdsClient:
             headers={"User-Agent": "gelbridge"},
         )
         self._refresh_lock = asyncio.Lock()
+        #: called before every POST (each write, login and session refresh): raises to
+        #: stop it; the fleet's lease check (a worker that lost its lease writes nothing)
+        self.write_guard: Callable[[], None] | None = None
 
     async def __aenter__(self) -> PdsClient:
         return self
@@ -669,6 +672,8 @@ class PdsClient:
         async def attempt() -> dict[str, Any]:
             nonlocal refreshed
             while True:
+                if method == "POST" and self.write_guard is not None:
+                    self.write_guard()
                 h = dict(headers or {})
                 h.update(await self._auth_headers(auth))
                 kwargs: dict[str, Any] = {"params": params, "headers": h}

@@ -10,8 +10,10 @@ from collections.abc import Iterator
 import pytest
 
 from gelbridge._dev.pds import AccountInfo, DevPds, create_account
+from gelbridge._dev.postgres import DevPostgres
 
 _account_counter = itertools.count()
+_database_counter = itertools.count()
 
 
 @pytest.fixture(scope="session")
@@ -37,3 +39,26 @@ def pds_account(dev_pds: DevPds) -> AccountInfo:
     """A fresh account (unique `.test` handle) with an app password on the dev PDS."""
     handle = f"u{next(_account_counter)}x{secrets.token_hex(4)}.test"  # front part <= 18 chars
     return create_account(dev_pds.pds_url, handle, secrets.token_urlsafe(12))
+
+
+@pytest.fixture(scope="session")
+def dev_postgres() -> Iterator[DevPostgres]:
+    """One real PostgreSQL cluster on loopback for the whole session (scripts/postgres).
+
+    Fails loudly (never skips) when it cannot start: run `bash scripts/postgres/install.sh`.
+    """
+    pg = DevPostgres()
+    try:
+        pg.start(timeout=120)
+    except Exception as e:  # a test error with the reason, not a skip
+        pytest.fail(f"the local PostgreSQL did not start: {e}", pytrace=False)
+    try:
+        yield pg
+    finally:
+        pg.stop()
+
+
+@pytest.fixture
+def postgres_url(dev_postgres: DevPostgres) -> str:
+    """The URL of a fresh, empty database on the session's cluster."""
+    return dev_postgres.create_database(f"t{os.getpid()}_{next(_database_counter)}")

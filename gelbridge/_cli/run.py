@@ -132,6 +132,10 @@ def run_command(
     Logs in once (the session is kept in the state directory), backfills what is owed,
     then follows the firehose (or polls). SIGTERM/Ctrl-C: running replies get
     [worker] shutdown_grace seconds, then end with status error/interrupted.
+
+    With [state] url (PostgreSQL) every 'gelbridge run' given that URL joins one fleet:
+    each account is served by one live worker at a time (a lease of [fleet]
+    lease_seconds); a worker that stops hands its accounts and unfinished replies over.
     """
     from gelbridge._bridge import Bridge
     from gelbridge._config import load_config
@@ -139,9 +143,17 @@ def run_command(
     settings = load_config(config)
     _logging_for(settings, log_level, log_format)
     _checked(settings, login=False)  # the workers log in themselves, before it says ready
-    if settings.accounts or settings.watch.source == "jetstream":
+    if settings.state.url:
+        names = ", ".join(a.label for a in settings.accounts_list())
+        print(f"gelbridge: a fleet worker for {names} via {settings.watch.source}", flush=True)
+    elif settings.accounts or settings.watch.source == "jetstream":
         names = ", ".join(a.label for a in settings.accounts_list())
         print(f"gelbridge: serving {names} via {settings.watch.source}", flush=True)
+    if settings.state.url:  # a fleet: the workers with this state URL share the accounts (docs/scale.md)
+        from gelbridge._fleet import Fleet
+
+        asyncio.run(_run_until_signal(Fleet(settings)))
+        return
     # one account or many, firehose, poll or Jetstream: the same orchestrator (docs/architecture.md)
     asyncio.run(_run_until_signal(Bridge(settings)))
 
@@ -159,16 +171,21 @@ def status_command(
 ) -> None:
     """Show the worker's cursor, replies in flight, recent errors and turn timings."""
     from gelbridge._config import load_config
-    from gelbridge._state import StateStore
+    from gelbridge._errors import StateError
+    from gelbridge._state import DB_FILENAME, open_state
     from gelbridge._worker import status_report
 
     settings = load_config(config)
-    db = settings.state_dir / "gelbridge.db"
-    if not db.exists():
+    db = settings.state_dir / DB_FILENAME
+    if not settings.state.url and not db.exists():
         print(f"no state yet at {db}: 'gelbridge run' has not run with this configuration")
         raise typer.Exit(1)
-    with StateStore.open_dir(settings.state_dir) as store:
-        rep = status_report(settings, store)
+    try:
+        with open_state(settings) as store:
+            rep = status_report(settings, store)
+    except StateError as problem:
+        print(f"error: {problem}", file=sys.stderr)
+        raise typer.Exit(1) from None
     if as_json:
         print(json.dumps(rep, indent=2))
         return

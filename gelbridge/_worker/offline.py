@@ -38,7 +38,7 @@ from gelbridge._pds import PutResult
 from gelbridge._records import MESSAGE_COLLECTION, AtUri, MessageRecord, ToolCallPart, ToolResultPart
 from gelbridge._records.io import RecordEntry, load_records
 from gelbridge._sealing import content_of
-from gelbridge._state import StateStore
+from gelbridge._state import SqliteStore
 from gelbridge._tools import ToolCall, call_digest
 from gelbridge._worker.decide import parse_time, peek_ask
 from gelbridge._worker.turn import TurnDeps, TurnJob, TurnReport
@@ -218,7 +218,7 @@ async def run_offline(records: Path, message: str, keyring: Mapping[str, bytes],
         "relay": settings.relay.model_copy(update={"limits": "off"}),
     })
     with tempfile.TemporaryDirectory(prefix="gelbridge-offline-") as tmp, _quiet():
-        store = StateStore.open_dir(tmp)
+        store = SqliteStore.open_dir(tmp)
         worker = Worker(offline, keyring=dict(keyring), store=store, pds=repo, model=model,  # type: ignore[arg-type]
                         registry=ToolRegistry(builtin_tools(settings.tools)))
         try:

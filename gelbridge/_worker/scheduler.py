@@ -152,12 +152,16 @@ class Scheduler:
             await asyncio.wait(set(self._side), timeout=timeout)
         return True
 
-    async def shutdown(self, grace: float) -> None:
-        """Stop; running turns get ``grace`` seconds, then are cancelled (bounded)."""
+    async def shutdown(self, grace: float, *, before_cancel: Callable[[], None] | None = None) -> None:
+        """Stop; running turns get ``grace`` seconds, then are cancelled (bounded).
+        ``before_cancel`` runs first when some are still running (the fleet revokes the
+        lease there: those turns are handed over, not ended)."""
         self.closed = True
         running = [t for _, t in self._running.values()]
         if running and grace > 0:
             await asyncio.wait(running, timeout=grace)
+        if before_cancel is not None and any(not t.done() for _, t in self._running.values()):
+            before_cancel()
         for job, task in list(self._running.values()):
             if not task.done():
                 job.cancel_reason = job.cancel_reason or "shutdown"

@@ -47,7 +47,7 @@ from gelbridge._records.constants import (
 from gelbridge._records.models import ReplyError
 from gelbridge._sealing import Keyring
 from gelbridge._seams import Printer
-from gelbridge._state import Claim, StateStore, claim_status
+from gelbridge._state import Claim, Fence, StateStore, claim_status, open_state
 from gelbridge._worker.decide import (
     Ask,
     EventOutcome,
@@ -113,8 +113,12 @@ class Worker:
         registry: Any = None,
         out: Printer | None = None,
         environ: Mapping[str, str] | None = None,
+        fence: Fence | None = None,
     ) -> None:
         self.settings = settings
+        #: the fleet's lease on this account (``gelbridge._fleet``): every PDS write and
+        #: every state write for the account passes it; None outside a fleet
+        self.fence = fence
         self._keyring = keyring
         self._store = store
         self._pds = pds
@@ -176,8 +180,10 @@ class Worker:
 
             self.metrics = Metrics()
         if self._store is None:
-            self._store = StateStore.open_dir(s.state_dir)
+            self._store = open_state(s)
             self._owned.add("store")
+        if self.fence is not None:
+            self.store.fence([session_key(s)], self.fence)
         if self._keyring is None:
             self._keyring = load_keyring(s, self.environ)
         if self._pds is None:
@@ -186,6 +192,9 @@ class Worker:
         sess = self.pds.session
         assert sess is not None
         self.did, self.handle = sess.did, sess.handle
+        if self.fence is not None:
+            self.pds.write_guard = self.fence.check
+            self.store.fence([self.did], self.fence)
         r = s.relay
         if getattr(self.pds, "relay", None) is None and r.applies_to(self.pds.pds_url):
             self.pds.relay = RelayBudget(urlsplit(self.pds.pds_url).netloc, r.events_per_second,
@@ -256,6 +265,8 @@ class Worker:
             store.save_session(key, {**session.to_dict(), "pds": pds_url})
 
         pds = PdsClient(pds_url, on_session_change=save)
+        if self.fence is not None:  # the login and every refresh too: once per account across the fleet
+            pds.write_guard = self.fence.check
         if saved is not None and saved.get("pds", pds_url) != pds_url:  # the account moved to another PDS
             log.info("the saved PDS session is for another PDS; logging in again")
             saved = None
@@ -307,7 +318,7 @@ class Worker:
             f"  providers  {providers}; default model {default}",
             f"  adapters   {', '.join(self.adapter_names) or '(loaded on demand)'}",
             f"  tools      {tools}",
-            f"  state      {self.store.path if self.store else '-'}",
+            f"  state      {self.store.location if self.store else '-'}",
             f"  turns      {s.worker.concurrency} at once; progress every {s.replies.update_interval:g} s",
         ]
 
@@ -639,13 +650,17 @@ class Worker:
         self._tasks = []
         if self.started:
             g = self.settings.worker.shutdown_grace if grace is None else grace
-            await self.scheduler.shutdown(g)
+            # in a fleet, turns that outlive the grace are handed over: the lease is
+            # revoked first, so they write nothing more and the next holder resumes them
+            await self.scheduler.shutdown(g, before_cancel=self.fence.revoke if self.fence is not None else None)
         if "registry" in self._owned and self.registry is not None:
             await self.registry.aclose()
         if "model" in self._owned and self.model is not None:
             await self.model.aclose()
         if "pds" in self._owned and self._pds is not None:
             await self.pds.aclose()
+        if self.fence is not None and self._store is not None:
+            self._store.unfence([session_key(self.settings), *([self.did] if self.did else [])], self.fence)
         if "store" in self._owned and self._store is not None:
             self.store.close()
         self._owned.clear()

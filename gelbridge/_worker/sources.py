@@ -229,7 +229,10 @@ class FirehoseSource:
         """Save the cursor if the low-water mark moved."""
         if moved is not None:
             try:
-                self.store.set_cursor(self.key, moved)
+                # one account's subscription: fenced with it (a fleet worker that lost the
+                # account's lease never moves the cursor its successor resumes from)
+                only = next(iter(self.dids)) if len(self.dids) == 1 else None
+                self.store.set_cursor(self.key, moved, account=only)
             except GelbridgeError as e:
                 log.error("cannot save the firehose cursor (%s)", type(e).__name__)
 

@@ -10,13 +10,12 @@ stated, then its recent turns. Errors are listed per state store.
 from __future__ import annotations
 
 import time
-from pathlib import Path
 from typing import Any
 
 from gelbridge._config import AccountEntry, Settings
 from gelbridge._errors import ConfigError
 from gelbridge._jetstream import jetstream_cursor_key
-from gelbridge._state import DB_FILENAME, StateStore, TurnTiming
+from gelbridge._state import DB_FILENAME, SqliteStore, StateStore, TurnTiming, state_location
 from gelbridge._worker.service import session_key
 from gelbridge._worker.sources import firehose_cursor_key
 
@@ -31,13 +30,13 @@ def status_report(settings: Settings, store: StateStore, *, now: float | None = 
         entries = settings.accounts_list()
     except ConfigError:  # no account configured: show what the store holds
         entries = [AccountEntry(pds="", identifier="")]
-    stores: dict[Path, StateStore] = {settings.state_dir: store}
+    stores: dict[str, StateStore] = {state_location(settings): store}
     accounts: list[dict[str, Any]] = []
     try:
         per: list[tuple[AccountEntry, Settings, StateStore | None, dict[str, Any]]] = []
         for entry in entries:
             acct = settings.for_account(entry) if entry.identifier else settings
-            own = _store_at(acct.state_dir, stores)
+            own = _store_at(acct, stores)
             saved = (own.load_session(session_key(acct)) or {}) if own is not None else {}
             per.append((entry, acct, own, saved))
         hosts: dict[str, list[str]] = {}  # firehose: one subscription per host carries its accounts
@@ -55,16 +54,19 @@ def status_report(settings: Settings, store: StateStore, *, now: float | None = 
         for s in stores.values():
             if s is not store:
                 s.close()
-    return {"state": str(store.path), "source": settings.watch.source, "accounts": accounts,
+    return {"state": store.location, "backend": store.backend, "source": settings.watch.source, "accounts": accounts,
             "errors": errors[:10]}
 
 
-def _store_at(state_dir: Path, stores: dict[Path, StateStore]) -> StateStore | None:
-    if state_dir not in stores:
-        if not (state_dir / DB_FILENAME).exists():
+def _store_at(acct: Settings, stores: dict[str, StateStore]) -> StateStore | None:
+    """The store of an account: the process's (same [state] url or dir), or its own
+    SQLite file (None when that does not exist yet)."""
+    where = state_location(acct)
+    if where not in stores:
+        if not (acct.state_dir / DB_FILENAME).exists():
             return None
-        stores[state_dir] = StateStore.open_dir(state_dir)
-    return stores[state_dir]
+        stores[where] = SqliteStore.open_dir(acct.state_dir)
+    return stores[where]
 
 
 def _pds_of(acct: Settings, saved: dict[str, Any]) -> str:

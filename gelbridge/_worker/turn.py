@@ -25,6 +25,7 @@ from gelbridge._errors import (
     ConfigError,
     GelbridgeError,
     KeyringError,
+    LeaseLost,
     PdsError,
     ProviderError,
     RecordError,
@@ -829,6 +830,13 @@ async def run_turn(deps: TurnDeps, job: TurnJob) -> TurnReport:
         return TurnReport(TurnOutcome.LOST, "claim_lost",
                           _timing(deps, job, TurnOutcome.LOST, queue_ms, start, timer, state.cache), state.steps,
                           writer.progress_writes, writer.points)
+    except LeaseLost:
+        stop_reads(reads_token)
+        log.warning("reply %s: this worker lost the account's lease; the worker that takes it over finishes it",
+                    job.ask.reply_rkey)
+        return TurnReport(TurnOutcome.LOST, LeaseLost.kind,
+                          _timing(deps, job, TurnOutcome.LOST, queue_ms, start, timer, state.cache), state.steps,
+                          writer.progress_writes, writer.points)
     except Exception as e:  # noqa: BLE001 - every failure after the claim becomes an error reply
         parts = current_parts()
         if isinstance(e, TimeoutError) and turn_clock.expired():
@@ -877,6 +885,11 @@ async def run_turn(deps: TurnDeps, job: TurnJob) -> TurnReport:
         log.warning("reply %s was taken over by someone else before the final write", job.ask.reply_rkey)
         deps.store.update_claim_status(deps.did, job.ask.reply_rkey, ReplyStatus.CANCELLED, "claim_lost")
         error_kind = "claim_lost"
+        outcome = TurnOutcome.LOST
+    except LeaseLost:  # nothing more is written: the claim stays open for the lease's new holder
+        log.warning("reply %s: this worker lost the account's lease before the final write; the worker that "
+                    "takes it over finishes it", job.ask.reply_rkey)
+        error_kind = LeaseLost.kind
         outcome = TurnOutcome.LOST
     except Exception as e:  # noqa: BLE001 - the final write failed
         if is_refused_write(e):  # never retried: the model is not asked again either

@@ -40,7 +40,7 @@ from gelbridge._records import (
     now_datetime,
 )
 from gelbridge._sealing import Keyring, seal_content
-from gelbridge._state import StateStore
+from gelbridge._state import SqliteStore
 
 from .conftest import App, make_settings, running_worker, text_of
 from .test_tools_approval import WAIT, assert_one_result_per_call, executions, mcp_servers, pairs, token_of
@@ -96,7 +96,7 @@ async def test_a_reused_call_id_is_its_own_call_in_each_conversation_and_account
 ) -> None:
     acct_b, app_b = second
     state = tmp_path / "state"
-    store = StateStore.open_dir(state)  # both accounts in one state store
+    store = SqliteStore.open_dir(state)  # both accounts in one state store
     s_a = tool_settings(dev_pds, pds_account, state, model_server, counting)
     s_b = tool_settings(dev_pds, acct_b, state, model_server, counting)
     replies: dict[tuple[str, str], PlainContent | None] = {}
@@ -122,7 +122,7 @@ async def test_a_reused_call_id_is_its_own_call_in_each_conversation_and_account
         assert result.output.startswith(f"looked up {who}-{conv_name} #")  # its own result, never another's
         assert text_of(content) == f"done {who}-{conv_name}"
     assert {token_of(r.output) for c in replies.values() for _, r in pairs(c)} == {t for _, _, t in ran}
-    with StateStore.open_dir(state) as s:
+    with SqliteStore.open_dir(state) as s:
         rows = s._read("SELECT account, conversation FROM tool_calls")
         assert len(rows) == 4 and len(set(rows)) == 4
 

@@ -26,7 +26,7 @@ from gelbridge._dev.model_server import ModelServer, RecordedRequest, ToolCall, 
 from gelbridge._dev.pds import AccountInfo, DevPds
 from gelbridge._records import PlainContent, TextPart, ToolApprovalPart, ToolCallPart, ToolResultPart, new_tid
 from gelbridge._sealing import Keyring
-from gelbridge._state import CallRef, StateStore, call_key
+from gelbridge._state import CallRef, SqliteStore, StateStore, call_key
 
 from .conftest import App, make_settings, running_worker, text_of
 from .worker_proc import COUNTING_SERVER, WorkerProc, counting_mcp_toml, start_worker, write_config
@@ -269,7 +269,7 @@ async def test_approvals_for_calls_that_are_not_waiting_are_ignored_logged_and_n
 def journal(state_dir: Path, call_id: str) -> Any:
     """The tool journal's entry for ``call_id`` in any conversation (read next to a running
     or killed worker; the tests use each id in one conversation)."""
-    with StateStore.open_dir(state_dir) as store:
+    with SqliteStore.open_dir(state_dir) as store:
         return journal_entry(store, call_id)
 
 
@@ -383,7 +383,7 @@ async def test_killed_while_the_approved_call_runs_it_is_not_run_again_but_answe
     entry = rig.journal("g1")
     assert entry is not None and not entry.finished  # begun, not finished: the tool blocks
     w1.kill()
-    with StateStore.open_dir(rig.state) as store:
+    with SqliteStore.open_dir(rig.state) as store:
         assert [(e.conversation, e.call_key) for e in store.unfinished_tool_calls(app.did)] == [
             (rig.conv, call_key("g1"))]
     rec, _ = await app.wait_status(f"{k2}.r0", {"pending", "streaming"}, timeout=5)

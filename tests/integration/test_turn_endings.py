@@ -27,7 +27,7 @@ from gelbridge._dev.pds import AccountInfo, DevPds
 from gelbridge._records import MESSAGE_COLLECTION, PlainContent, TextPart, new_tid, now_datetime
 from gelbridge._records.nesting import MAX_DEPTH
 from gelbridge._sealing import Keyring, seal_content
-from gelbridge._state import StateStore
+from gelbridge._state import SqliteStore
 
 from .conftest import App, make_settings, running_worker, text_of
 
@@ -144,7 +144,7 @@ async def test_a_final_write_the_pds_refuses_ends_in_a_minimal_error_and_the_mod
     assert rec.model is not None and rec.model.id == "echo-1" and rec.finish_reason == "error"
     assert rec.usage is not None and rec.usage.output_tokens == 20
     assert len(model_server.requests) == 1  # never asked again
-    with StateStore.open_dir(tmp_path / "state") as store:
+    with SqliteStore.open_dir(tmp_path / "state") as store:
         claim = store.get_claim(app.did, f"{k}.r0")
         assert claim is not None and (claim.status, claim.error_kind) == ("error", "write_refused")
 

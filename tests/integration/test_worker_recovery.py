@@ -12,7 +12,7 @@ from gelbridge._dev.model_server import ModelServer, Turn
 from gelbridge._dev.pds import AccountInfo, DevPds
 from gelbridge._records import new_tid
 from gelbridge._sealing import Keyring
-from gelbridge._state import StateStore
+from gelbridge._state import SqliteStore
 
 from .conftest import App, text_of
 from .worker_proc import WorkerProc, write_config
@@ -35,7 +35,7 @@ async def test_worker_killed_mid_stream_is_restarted_and_leaves_one_complete_rep
     assert content is not None and text_of(content).startswith("slow")
     w1.kill()
     rec, _ = await app.wait_status(f"{k}.r0", "streaming", timeout=2)  # left unfinished by the crash
-    with StateStore.open_dir(tmp_path / "state") as store:
+    with SqliteStore.open_dir(tmp_path / "state") as store:
         assert [c.reply_rkey for c in store.unfinished_claims(app.did)] == [f"{k}.r0"]
 
     w2 = WorkerProc(cfg, pds_account, tmp_path / "w2.log")
@@ -46,7 +46,7 @@ async def test_worker_killed_mid_stream_is_restarted_and_leaves_one_complete_rep
     assert await app.replies_of(k) == [f"{k}.r0"]
     assert "1 unfinished resumed" in w2.stdout or "claim(s) recovered" in w2.stdout
     assert w2.terminate() == 0
-    with StateStore.open_dir(tmp_path / "state") as store:
+    with SqliteStore.open_dir(tmp_path / "state") as store:
         assert store.unfinished_claims(app.did) == []
         assert store.get_claim(app.did, f"{k}.r0").status == "complete"
     assert "logged in" not in (tmp_path / "w2.log").read_text()  # the session was resumed
@@ -64,7 +64,7 @@ async def test_restart_resumes_from_cursor_answering_messages_written_while_down
     a = await app.send("message A", conversation=conv)
     await app.wait_status(f"{a}.r0", "complete")
     assert w1.terminate() == 0
-    with StateStore.open_dir(tmp_path / "state") as store:
+    with SqliteStore.open_dir(tmp_path / "state") as store:
         cursor1 = store.get_cursor(f"firehose:{dev_pds.pds_url.rstrip('/')}:{app.did}")
     assert isinstance(cursor1, int) and cursor1 > 0
 
@@ -86,7 +86,7 @@ async def test_restart_resumes_from_cursor_answering_messages_written_while_down
     for m in (a, b, c, d):
         assert await app.replies_of(m) == [f"{m}.r0"]
     assert w2.terminate() == 0
-    with StateStore.open_dir(tmp_path / "state") as store:
+    with SqliteStore.open_dir(tmp_path / "state") as store:
         cursor2 = store.get_cursor(f"firehose:{dev_pds.pds_url.rstrip('/')}:{app.did}")
     assert isinstance(cursor2, int) and cursor2 > cursor1
 

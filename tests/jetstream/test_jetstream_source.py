@@ -14,7 +14,7 @@ import pytest
 
 from gelbridge._ingest import IncomingRecord
 from gelbridge._jetstream import JetstreamSource, jetstream_cursor_key, rewound, subscribe_url
-from gelbridge._state import StateStore
+from gelbridge._state import SqliteStore, StateStore
 from testkit.frames import MSG, jetstream_event, message_record
 from testkit.jetstream_server import JetstreamServer
 
@@ -47,7 +47,7 @@ async def wait_for(cond, timeout: float = 10.0) -> None:
 
 @pytest.fixture
 def store(tmp_path: Path):
-    with StateStore.open_dir(tmp_path) as s:
+    with SqliteStore.open_dir(tmp_path) as s:
         yield s
 
 

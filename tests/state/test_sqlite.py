@@ -1,26 +1,21 @@
-"""The worker's durable state: persistence, idempotency, crash recovery, permissions."""
+"""The SQLite backend's own concerns: file permissions, migrations of old files, bad files.
+The store's rules on both backends are in test_store.py."""
 
 from __future__ import annotations
 
-import asyncio
 import os
 import sqlite3
 import stat
-import subprocess
-import sys
-import threading
 from pathlib import Path
 
 import pytest
 
-from gelbridge._errors import StateError, ToolJournalConflict
+from gelbridge._errors import StateError
 from gelbridge._state import (
     DB_FILENAME,
-    ERRORS_KEPT,
     SCHEMA_VERSION,
     CallRef,
-    StateStore,
-    TurnTiming,
+    SqliteStore,
     open_state,
 )
 
@@ -30,87 +25,8 @@ def db_path(tmp_path: Path) -> Path:
     return tmp_path / "state" / DB_FILENAME
 
 
-def test_everything_survives_close_and_reopen(db_path: Path) -> None:
-    with StateStore(db_path) as s:
-        s.set_cursor("firehose:pds.example", 1234)
-        s.set_cursor("jetstream", "1700000000000000")
-        s.save_session("did:plc:abc", {"accessJwt": "a", "refreshJwt": "r"})
-        s.record_claim("did:plc:abc", "3mabc", 0, "3mabc.r0", "3mconv")
-        s.begin_tool_call(CallRef("did:plc:abc", "3mconv", "call_1"), "3mabc.r0", "current_time", "d1")
-        s.finish_tool_call(CallRef("did:plc:abc", "3mconv", "call_1"), b"\x00sealed\xff", "k1", False)
-        s.record_error("timeout", account="did:plc:abc", record_key="3mabc.r0", where="model")
-        s.record_turn(TurnTiming("3mabc.r0", "did:plc:abc", "complete", 1, 2, 300, 40))
-        assert s.mark_seen("did:plc:abc", "3mabc", "bafy1")
-    with StateStore(db_path) as s:
-        assert s.get_cursor("firehose:pds.example") == 1234
-        assert s.get_cursor("jetstream") == "1700000000000000"
-        assert s.get_cursor("other") is None
-        assert s.load_session("did:plc:abc") == {"accessJwt": "a", "refreshJwt": "r"}
-        assert s.load_session("did:plc:other") is None
-        claim = s.get_claim("did:plc:abc", "3mabc.r0")
-        assert claim is not None and claim.status == "pending" and claim.attempt == 0
-        entry = s.get_tool_call(CallRef("did:plc:abc", "3mconv", "call_1"))
-        assert entry is not None and entry.finished and entry.sealed_result == b"\x00sealed\xff"
-        assert entry.key_id == "k1" and entry.is_error is False
-        assert [e.kind for e in s.recent_errors(5)] == ["timeout"]
-        turn = s.recent_turns(5)[0]
-        assert turn.total_ms == 343 and turn.at > 0
-        assert not s.mark_seen("did:plc:abc", "3mabc", "bafy1")
-        assert s.was_seen("did:plc:abc", "3mabc", "bafy1")
-
-
-def test_cursor_overwrites_and_keeps_type(db_path: Path) -> None:
-    with StateStore(db_path) as s:
-        s.set_cursor("src", 5)
-        s.set_cursor("src", 7)
-        assert s.get_cursor("src") == 7
-        s.set_cursor("src", "abc")
-        assert s.get_cursor("src") == "abc"
-        with pytest.raises(TypeError):
-            s.set_cursor("src", 1.5)  # type: ignore[arg-type]
-
-
-C1 = CallRef("did:a", "conv", "c1")
-
-
-def test_begin_tool_call_is_idempotent(db_path: Path) -> None:
-    with StateStore(db_path) as s:
-        first = s.begin_tool_call(C1, "m.r0", "fetch_url", "digest")
-        assert first.new and first.state == "started" and not first.interrupted
-        again = s.begin_tool_call(C1, "m.r1", "fetch_url", "digest")
-        assert not again.new and again.reply_rkey == "m.r0"
-        s.finish_tool_call(C1, b"R1", "k", True)
-        done = s.begin_tool_call(C1, "m.r2", "fetch_url", "digest")
-        assert not done.new and done.finished and done.sealed_result == b"R1" and done.is_error is True
-        # A second finish does not overwrite the first result: at most once.
-        kept = s.finish_tool_call(C1, b"R2", "k", False)
-        assert kept.sealed_result == b"R1"
-
-
-def test_reused_call_id_with_other_input_in_the_same_conversation_is_a_conflict(db_path: Path) -> None:
-    with StateStore(db_path) as s:
-        s.begin_tool_call(C1, "m.r0", "fetch_url", "digest-a")
-        with pytest.raises(ToolJournalConflict) as e:
-            s.begin_tool_call(C1, "m.r0", "fetch_url", "digest-b")
-        assert "c1" not in str(e.value)  # the id is the provider's: never in a message
-
-
-def test_the_same_call_id_in_another_conversation_or_account_is_another_call(db_path: Path) -> None:
-    """Providers without ids (or with repeated ones) give ``call__0`` everywhere: each
-    conversation and account has its own call and result."""
-    with StateStore(db_path) as s:
-        s.begin_tool_call(C1, "m.r0", "fetch_url", "digest-a")
-        s.finish_tool_call(C1, b"R-conv", "k1", False)
-        other_conv = s.begin_tool_call(CallRef("did:a", "conv2", "c1"), "n.r0", "fetch_url", "digest-b")
-        same_input = s.begin_tool_call(CallRef("did:a", "conv3", "c1"), "o.r0", "fetch_url", "digest-a")
-        other_acct = s.begin_tool_call(CallRef("did:b", "conv", "c1"), "m.r0", "fetch_url", "digest-a")
-        assert other_conv.new and same_input.new and other_acct.new
-        assert same_input.sealed_result is None and other_acct.sealed_result is None
-        assert s.get_tool_call(C1).sealed_result == b"R-conv"  # type: ignore[union-attr]
-
-
 def test_the_journal_keeps_no_call_id_in_the_clear(db_path: Path) -> None:
-    with StateStore(db_path) as s:
+    with SqliteStore(db_path) as s:
         ref = CallRef("did:a", "conv", "call-CANARY-7f3e")
         s.begin_tool_call(ref, "m.r0", "t", "d")
         s.finish_tool_call(ref, b"sealed", "k", False)
@@ -119,93 +35,11 @@ def test_the_journal_keeps_no_call_id_in_the_clear(db_path: Path) -> None:
         assert b"CANARY" not in f.read_bytes(), f
 
 
-def test_call_begun_before_a_crash_is_seen_as_interrupted(db_path: Path) -> None:
-    # Crash: another process begins the call and dies (os._exit) without finishing it
-    # and without closing the database.
-    script = (
-        "import os, sys\n"
-        "from gelbridge._state import CallRef, StateStore\n"
-        "s = StateStore(sys.argv[1])\n"
-        "s.begin_tool_call(CallRef('did:a', 'conv', 'c9'), 'm.r0', 'mcp_x_send', 'dg')\n"
-        "os._exit(3)\n"
-    )
-    proc = subprocess.run([sys.executable, "-c", script, str(db_path)], timeout=60)
-    assert proc.returncode == 3
-    s2 = StateStore(db_path)
-    ref = CallRef("did:a", "conv", "c9")
-    (left,) = s2.unfinished_tool_calls("did:a")
-    assert left.call_key == ref.key and left.conversation == "conv"
-    entry = s2.begin_tool_call(ref, "m.r1", "mcp_x_send", "dg")
-    assert entry.interrupted and not entry.new and entry.sealed_result is None
-    s2.finish_tool_call(ref, b"sealed-interrupted", "k", True)
-    assert s2.unfinished_tool_calls("did:a") == []
-    s2.close()
-
-
-def test_finishing_an_unknown_call_fails_and_plaintext_type_is_refused(db_path: Path) -> None:
-    with StateStore(db_path) as s:
-        with pytest.raises(StateError):
-            s.finish_tool_call(CallRef("did:a", "conv", "nope"), b"x", "k", False)
-        s.begin_tool_call(C1, "m.r0", "t", "d")
-        with pytest.raises(TypeError):
-            s.finish_tool_call(C1, "plain text", "k", False)  # type: ignore[arg-type]
-
-
-def test_claims_lifecycle_and_crash_recovery_listing(db_path: Path) -> None:
-    with StateStore(db_path) as s:
-        s.record_claim("did:a", "m1", 0, "m1.r0", "conv")
-        s.record_claim("did:a", "m2", 0, "m2.r0", "conv")
-        s.record_claim("did:a", "m3", 1, "m3.r1", "conv")
-        s.record_claim("did:b", "m4", 0, "m4.r0", "conv")
-        again = s.record_claim("did:a", "m1", 0, "m1.r0", "conv", status="streaming")
-        assert again.status == "pending"  # idempotent: the existing claim wins
-        s.update_claim_status("did:a", "m1.r0", "streaming")
-        s.update_claim_status("did:a", "m2.r0", "complete")
-        s.update_claim_status("did:a", "m3.r1", "error", error_kind="rate_limit")
-        assert [c.reply_rkey for c in s.unfinished_claims("did:a")] == ["m1.r0"]
-        assert s.is_finished("did:a", "m2.r0") and s.is_finished("did:a", "m3.r1")
-        assert not s.is_finished("did:a", "m1.r0") and not s.is_finished("did:a", "missing")
-        assert s.get_claim("did:a", "m3.r1").error_kind == "rate_limit"  # type: ignore[union-attr]
-        with pytest.raises(StateError):
-            s.update_claim_status("did:a", "missing.r0", "complete")
-        with pytest.raises(StateError):  # another account's claim is not this one's
-            s.update_claim_status("did:b", "m1.r0", "complete")
-        with pytest.raises(ValueError):
-            s.update_claim_status("did:a", "m1.r0", "done")  # type: ignore[arg-type]
-
-
-def test_two_accounts_sharing_a_store_have_their_own_claims_for_one_reply_key(db_path: Path) -> None:
-    with StateStore(db_path) as s:
-        s.record_claim("did:a", "m1", 0, "m1.r0", "conv-a")
-        b = s.record_claim("did:b", "m1", 0, "m1.r0", "conv-b")
-        assert (b.account, b.conversation) == ("did:b", "conv-b")
-        s.update_claim_status("did:a", "m1.r0", "complete")
-        assert s.get_claim("did:b", "m1.r0").status == "pending"  # type: ignore[union-attr]
-        assert [c.account for c in s.unfinished_claims("did:b")] == ["did:b"]
-        assert s.unfinished_claims("did:a") == []
-
-
-def test_a_claim_remembers_the_calls_it_wrote_and_when_it_asked_for_approval(db_path: Path) -> None:
-    clock = iter([100.0, 105.0, 110.0, 120.0]).__next__
-    with StateStore(db_path, clock=clock) as s:
-        s.record_claim("did:a", "m1", 0, "m1.r0", "conv")  # 100
-        got = s.add_calls("did:a", "m1.r0", ["d1", "d2"])  # 105: a checkpoint, not a question
-        assert got.calls == {"d1", "d2"} and got.waiting_at is None
-        got = s.add_calls("did:a", "m1.r0", ["d3"], waiting=True)  # 110
-        assert got.calls == {"d1", "d2", "d3"} and got.waiting_at == 110.0
-        s.update_claim_status("did:a", "m1.r0", "awaitingApproval")  # 120
-        claim = s.get_claim("did:a", "m1.r0")
-        assert claim is not None and claim.calls == {"d1", "d2", "d3"} and claim.waiting_at == 110.0
-        assert claim.created_at == 100.0  # first seen, on this worker's clock
-        with pytest.raises(StateError):
-            s.add_calls("did:b", "m1.r0", ["d1"])
-
-
 def test_migration_from_v2_keys_claims_by_account_and_the_journal_by_conversation(tmp_path: Path) -> None:
     """A v2 database (claims by reply key, journal by raw call id) opens as v3 with its
     rows kept: a journaled call is found again in its claim's conversation only, and no
     call id stays in the clear."""
-    import gelbridge._state as state_mod
+    import gelbridge._state._sqlite as state_mod
 
     p = tmp_path / DB_FILENAME
     raw = sqlite3.connect(p, isolation_level=None)
@@ -219,7 +53,7 @@ def test_migration_from_v2_keys_claims_by_account_and_the_journal_by_conversatio
     raw.execute("INSERT INTO tool_calls VALUES ('call-OLDID', 'did:a', 'm1.r0', 't', 'dg', 'finished', "
                 "X'0102', 'k', 0, 1, 2)")
     raw.close()
-    with StateStore(p) as s:
+    with SqliteStore(p) as s:
         assert s.schema_version == SCHEMA_VERSION
         assert s.get_claim("did:a", "m1.r0").status == "complete"  # type: ignore[union-attr]
         kept = s.get_tool_call(CallRef("did:a", "conv", "call-OLDID"))
@@ -231,21 +65,10 @@ def test_migration_from_v2_keys_claims_by_account_and_the_journal_by_conversatio
     raw.close()
 
 
-def test_error_ring_keeps_only_labels_and_the_newest(db_path: Path) -> None:
-    with StateStore(db_path) as s:
-        for i in range(ERRORS_KEPT + 15):
-            s.record_error("tool_error", record_key=f"m{i}.r0")
-        recent = s.recent_errors(3)
-        assert [e.record_key for e in recent] == [f"m{ERRORS_KEPT + 14}.r0", f"m{ERRORS_KEPT + 13}.r0", f"m{ERRORS_KEPT + 12}.r0"]
-        assert len(s.recent_errors(10_000)) == ERRORS_KEPT
-        with pytest.raises(ValueError):
-            s.record_error("the user asked about their medical results")
-
-
 def test_migration_from_an_empty_file(tmp_path: Path) -> None:
     p = tmp_path / DB_FILENAME
     p.write_bytes(b"")
-    with StateStore(p) as s:
+    with SqliteStore(p) as s:
         assert s.schema_version == SCHEMA_VERSION
         s.set_cursor("x", 1)
     raw = sqlite3.connect(p)
@@ -261,48 +84,18 @@ def test_database_from_a_newer_version_is_refused(tmp_path: Path) -> None:
     raw.execute(f"PRAGMA user_version = {SCHEMA_VERSION + 1}")
     raw.close()
     with pytest.raises(StateError, match="upgrade gelbridge"):
-        StateStore(p)
+        SqliteStore(p)
 
 
 def test_garbage_file_gives_a_clear_error(tmp_path: Path) -> None:
     p = tmp_path / DB_FILENAME
     p.write_bytes(b"this is not a database" * 100)
     with pytest.raises(StateError, match="move it away"):
-        StateStore(p)
-
-
-def test_two_connections_see_each_other_and_do_not_double_begin(db_path: Path) -> None:
-    a = StateStore(db_path)
-    b = StateStore(db_path)
-    a.set_cursor("src", 10)
-    assert b.get_cursor("src") == 10
-    results: list[bool] = []
-    barrier = threading.Barrier(2)
-
-    def begin(store: StateStore) -> None:
-        barrier.wait(timeout=5)
-        for i in range(50):
-            results.append(store.begin_tool_call(CallRef("did:a", "conv", f"c{i}"), "m.r0", "t", "d").new)
-
-    threads = [threading.Thread(target=begin, args=(st,)) for st in (a, b)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(timeout=30)
-    assert results.count(True) == 50 and results.count(False) == 50
-    a.close()
-    b.close()
-
-
-async def test_usable_from_asyncio_directly_and_via_to_thread(db_path: Path) -> None:
-    with StateStore(db_path) as s:
-        await asyncio.gather(*(asyncio.to_thread(s.set_cursor, f"s{i}", i) for i in range(20)))
-        s.set_cursor("direct", 1)
-        assert [s.get_cursor(f"s{i}") for i in range(20)] == list(range(20))
+        SqliteStore(p)
 
 
 def test_files_are_owner_only(db_path: Path) -> None:
-    with StateStore(db_path) as s:
+    with SqliteStore(db_path) as s:
         s.save_session("did:a", {"accessJwt": "secret-token"})
         for p in [db_path, db_path.with_name(DB_FILENAME + "-wal")]:
             assert p.exists()
@@ -312,20 +105,10 @@ def test_files_are_owner_only(db_path: Path) -> None:
 
 def test_loose_permissions_on_an_existing_file_are_tightened(tmp_path: Path) -> None:
     p = tmp_path / DB_FILENAME
-    StateStore(p).close()
+    SqliteStore(p).close()
     os.chmod(p, 0o644)
-    StateStore(p).close()
+    SqliteStore(p).close()
     assert stat.S_IMODE(p.stat().st_mode) == 0o600
-
-
-def test_seen_events_prune_by_age(db_path: Path) -> None:
-    now = [1000.0]
-    with StateStore(db_path, clock=lambda: now[0]) as s:
-        s.mark_seen("did:a", "r1", "c1")
-        now[0] = 2000.0
-        s.mark_seen("did:a", "r2", "c2")
-        assert s.prune_seen(500) == 1
-        assert not s.was_seen("did:a", "r1", "c1") and s.was_seen("did:a", "r2", "c2")
 
 
 def test_open_state_uses_the_configured_dir(tmp_path: Path) -> None:
@@ -336,19 +119,3 @@ def test_open_state_uses_the_configured_dir(tmp_path: Path) -> None:
         assert s.path == tmp_path / "st" / DB_FILENAME
 
 
-def test_statuses_are_enums_and_rows_read_back_as_them(tmp_path: Path) -> None:
-    from gelbridge._records.constants import ReplyStatus
-    from gelbridge._state import CallState, claim_status
-
-    with StateStore(tmp_path / "s.db") as s:
-        s.record_claim("did:a", "m1", 0, "m1.r0", "c")
-        s.update_claim_status("did:a", "m1.r0", ReplyStatus.AWAITING_APPROVAL)
-        claim = s.get_claim("did:a", "m1.r0")
-        assert claim is not None and claim.status is ReplyStatus.AWAITING_APPROVAL and claim.status == "awaitingApproval"
-        entry = s.begin_tool_call(CallRef("did:a", "c", "call-1"), "m1.r0", "t", "digest")
-        assert entry.state is CallState.STARTED and entry.new and not entry.interrupted
-        s.finish_tool_call(CallRef("did:a", "c", "call-1"), b"sealed", "k1", False)
-        again = s.begin_tool_call(CallRef("did:a", "c", "call-1"), "m1.r0", "t", "digest")
-        assert again.state is CallState.FINISHED and again.finished and not again.new
-    with pytest.raises(ValueError, match="unknown claim status 'lost'"):
-        claim_status("lost")

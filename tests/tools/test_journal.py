@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from gelbridge._state import CallRef, StateStore
+from gelbridge._state import CallRef, SqliteStore
 from gelbridge._tools import Tool, ToolCall, ToolOutput, ToolRegistry
 from gelbridge._tools.approval import input_digest
 from gelbridge._tools.journal import INTERRUPTED_OUTPUT, execute_journaled
@@ -35,7 +35,7 @@ async def test_a_call_runs_once_across_regenerations_and_results_are_sealed(tmp_
     counter = {"runs": 0}
     reg = counting_registry(counter)
     call = ToolCall("call_1", "send", '{"n": 1}', approved=True)
-    with StateStore(tmp_path / "s.db") as store:
+    with SqliteStore(tmp_path / "s.db") as store:
         kw = dict(account="did:a", conversation="conv", seal=seal, open_=open_, timeout=5, max_output_chars=1000)
         (first,) = await execute_journaled([call], reg, store, reply_rkey="m.r0", **kw)
         (again,) = await execute_journaled([call], reg, store, reply_rkey="m.r1", **kw)
@@ -50,7 +50,7 @@ async def test_a_call_runs_once_across_regenerations_and_results_are_sealed(tmp_
 async def test_interrupted_call_is_not_rerun(tmp_path: Path) -> None:
     counter = {"runs": 0}
     reg = counting_registry(counter)
-    with StateStore(tmp_path / "s.db") as store:
+    with SqliteStore(tmp_path / "s.db") as store:
         store.begin_tool_call(CallRef("did:a", "conv", "call_2"), "m.r0", "send",
                               input_digest("send", '{"n": 2}'))  # then "crash"
         calls = [ToolCall("call_2", "send", '{"n": 2}', approved=True), ToolCall("call_3", "send", '{"n": 3}', approved=True)]
@@ -67,7 +67,7 @@ async def test_interrupted_call_is_not_rerun(tmp_path: Path) -> None:
 async def test_unapproved_unknown_and_conflicting_calls_do_not_run(tmp_path: Path) -> None:
     counter = {"runs": 0}
     reg = counting_registry(counter)
-    with StateStore(tmp_path / "s.db") as store:
+    with SqliteStore(tmp_path / "s.db") as store:
         store.begin_tool_call(CallRef("did:a", "conv", "reused"), "m.r0", "send", input_digest("send", '{"n": 9}'))
         calls = [
             ToolCall("a", "send", '{"n": 1}'),
@@ -89,7 +89,7 @@ async def test_one_call_id_in_two_conversations_and_two_accounts_runs_four_times
     runs its own call with its own input and gets its own result, never another's."""
     counter = {"runs": 0}
     reg = counting_registry(counter)
-    with StateStore(tmp_path / "s.db") as store:
+    with SqliteStore(tmp_path / "s.db") as store:
         got = {}
         for account in ("did:a", "did:b"):
             for conv, n in (("conv1", 1), ("conv2", 2)):

@@ -19,7 +19,7 @@ import websockets
 from gelbridge._errors import PdsUnavailable
 from gelbridge._firehose import RepoEvent
 from gelbridge._records.constants import MESSAGE_COLLECTION
-from gelbridge._state import StateStore
+from gelbridge._state import SqliteStore
 from gelbridge._worker import sources
 from gelbridge._worker.sources import FirehoseSource, PollSource
 
@@ -28,7 +28,7 @@ DID = "did:plc:aaaa"
 
 @pytest.fixture
 def store(tmp_path: Path) -> Any:
-    with StateStore.open_dir(tmp_path) as s:
+    with SqliteStore.open_dir(tmp_path) as s:
         yield s
 
 

@@ -11,7 +11,8 @@ from typer.testing import CliRunner
 
 from gelbridge._cli import app
 from gelbridge._config import Settings
-from gelbridge._state import _MIGRATIONS, DB_FILENAME, SCHEMA_VERSION, StateStore, TurnTiming
+from gelbridge._state import DB_FILENAME, SCHEMA_VERSION, SqliteStore, TurnTiming
+from gelbridge._state._sqlite import _MIGRATIONS
 from gelbridge._worker import status_report
 from gelbridge._worker.timing import ReadClock, reading, start_reads, stop_reads
 
@@ -86,7 +87,7 @@ def v1_database(path: Path) -> None:
 def test_migration_adds_read_ms_and_old_rows_read_as_null(tmp_path: Path) -> None:
     p = tmp_path / DB_FILENAME
     v1_database(p)
-    with StateStore(p) as s:
+    with SqliteStore(p) as s:
         assert s.schema_version == SCHEMA_VERSION >= 2
         s.record_turn(TurnTiming("3mnew.r0", "did:plc:a", "complete", 10, 20, 300, 40, read_ms=50))
         new, old = s.recent_turns(2)
@@ -98,7 +99,7 @@ def test_status_shows_read_and_a_dash_for_rows_without_it(tmp_path: Path) -> Non
     state = tmp_path / "state"
     state.mkdir()
     v1_database(state / DB_FILENAME)
-    with StateStore.open_dir(state) as s:
+    with SqliteStore.open_dir(state) as s:
         s.record_turn(TurnTiming("3mnew.r0", "did:plc:a", "complete", 10, 20, 300, 40, read_ms=55))
         settings = Settings.model_validate({"state": {"dir": str(state)}})
         rep = status_report(settings, s)

@@ -15,7 +15,7 @@ from gelbridge._config import WatchConfig
 from gelbridge._errors import ConfigError
 from gelbridge._ingest import IncomingRecord
 from gelbridge._records.constants import MESSAGE_COLLECTION
-from gelbridge._state import StateStore
+from gelbridge._state import SqliteStore
 from gelbridge._worker.sources import FirehoseSource, PollSource, firehose_cursor_key
 from gelbridge._worker.watch import backfill_logged, deliver, run_until, stop_tasks, watch_sources
 
@@ -47,7 +47,7 @@ class StandIn:
 
 @pytest.fixture
 def store(tmp_path: Path) -> Any:
-    with StateStore.open_dir(tmp_path) as s:
+    with SqliteStore.open_dir(tmp_path) as s:
         yield s
 
 

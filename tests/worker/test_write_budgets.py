@@ -13,7 +13,7 @@ import pytest
 
 from gelbridge._config import RelayConfig, Settings
 from gelbridge._pds import RelayBudget, WriteBudget
-from gelbridge._state import SCHEMA_VERSION, StateStore, TurnTiming
+from gelbridge._state import SCHEMA_VERSION, SqliteStore, TurnTiming
 from gelbridge._worker import status_report
 from gelbridge._worker.writer import SKIP_AT, SPACE_OUT_AT, SPACING, progress_gap
 
@@ -94,7 +94,7 @@ def test_relay_limits_apply_to_a_self_hosted_pds_and_not_to_bluesky_or_loopback(
 def test_turns_keep_their_points_and_status_sums_them_by_hour_and_day(tmp_path: Path) -> None:
     clock = Clock()
     did = "did:plc:pointsaaaaaaaaaaaaaaaaa"
-    with StateStore.open_dir(tmp_path, clock=clock) as s:
+    with SqliteStore.open_dir(tmp_path, clock=clock) as s:
         assert s.schema_version == SCHEMA_VERSION >= 4
         s.save_session("http://pds.test|bot.test", {"did": did, "handle": "bot.test", "accessJwt": "a",
                                                     "refreshJwt": "r"})

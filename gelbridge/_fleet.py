@@ -1,0 +1,411 @@
+"""The fleet: any number of ``gelbridge run`` processes with one Postgres ``[state] url``
+share the accounts of their config, each account served by one live worker at a time.
+
+**Leases.** One row per account in ``leases`` (key: the account's PDS and login
+identifier, as in the config): its owner, an ``epoch`` that grows with every takeover,
+and ``expires_at`` on the database's clock. Every ``lease_seconds / 4`` a worker beats:
+one transaction renews its member row and its leases, forgets members whose row
+expired, and takes free or expired leases up to its fair share
+(``ceil(accounts / live members)``; ``FOR UPDATE SKIP LOCKED``, so two workers never
+take the same one). A worker holding more than its share hands the extras over. A
+worker that dies stops beating: its leases expire ``lease_seconds`` after its last
+beat, and a live worker, which sleeps until exactly then, takes them over.
+
+**Fencing.** A worker trusts a lease only for ``lease_seconds`` after it *sent* the beat
+that renewed it (its own monotonic clock, minus 1 % for drift), and starts a write only
+while a third of that is left (:meth:`Lease.check`): PDS writes, logins and session
+refreshes (``PdsClient.write_guard``), and every state write for the account, which
+also checks the lease row itself inside the same transaction, holding it ``FOR SHARE``
+so a takeover waits for the write or the write sees the takeover
+(:meth:`Lease.check_in`). A worker cut off from Postgres cannot beat, so it stops
+writing a third of a lease before anyone could take the lease over. The PDS claim
+(create-only reply record, swap on every update) stays the final guard.
+
+**Hand-over.** When an account leaves a worker (a rebalance, SIGTERM), its source stops,
+running replies get ``[worker] shutdown_grace`` to finish, then the lease is revoked
+(those replies write nothing more: their claims stay open) and released; the next
+holder resumes them from the shared claims, with the tool journal keeping every tool
+call at most once. A lease lost to expiry is revoked at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+import os
+import secrets
+import socket
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from gelbridge._config import AccountEntry, Settings
+from gelbridge._errors import ConfigError, GelbridgeError, LeaseLost, StateError
+from gelbridge._seams import Printer
+from gelbridge._state import StateStore, open_state
+from gelbridge._state._store import Db
+
+log = logging.getLogger("gelbridge.fleet")
+
+CLOCK_DRIFT = 0.01  # the share of a lease a worker's clock may run slow against the database's
+
+
+def lease_key(account: Settings) -> str:
+    """The lease's key for one account's settings (``Settings.for_account``): the same
+    key every worker with the same config computes (the session's key)."""
+    from gelbridge._worker.service import session_key
+
+    return session_key(account)
+
+
+class Lease:
+    """This worker's lease on one account: the fence every write for the account passes."""
+
+    __slots__ = ("key", "owner", "epoch", "seconds", "valid_until", "_revoked")
+
+    def __init__(self, key: str, owner: str, epoch: int, seconds: float, valid_until: float) -> None:
+        self.key = key
+        self.owner = owner
+        self.epoch = epoch
+        self.seconds = seconds
+        self.valid_until = valid_until  # time.monotonic()
+        self._revoked = False
+
+    def left(self) -> float:
+        """Seconds this worker may still trust the lease (its own clock)."""
+        return -1.0 if self._revoked else self.valid_until - time.monotonic()
+
+    def check(self) -> None:
+        """Raise :class:`LeaseLost` unless a write may start now: a third of the lease left."""
+        if self.left() < self.seconds / 3:
+            raise LeaseLost("this worker no longer holds the account's lease; it writes nothing more for it")
+
+    def check_in(self, db: Db) -> None:
+        self.check()
+        row = db.execute(
+            "SELECT 1 FROM leases WHERE account = ? AND owner = ? AND epoch = ? AND expires_at > now() FOR SHARE",
+            (self.key, self.owner, self.epoch),
+        ).fetchone()
+        if row is None:
+            raise LeaseLost("the account's lease was taken over; this worker writes nothing more for it")
+
+    def revoke(self) -> None:
+        self._revoked = True
+
+    @property
+    def revoked(self) -> bool:
+        return self._revoked
+
+    def __repr__(self) -> str:
+        return f"Lease({self.key!r}, epoch={self.epoch}, left={self.left():.1f}s)"
+
+
+@dataclass
+class Beat:
+    """What one heartbeat found: the leases held now, and what changed."""
+
+    held: dict[str, Lease]
+    taken: list[str] = field(default_factory=list)
+    lost: list[str] = field(default_factory=list)
+    members: int = 1
+    share: int = 0
+    #: seconds until another member's row or lease on our accounts expires (None: none)
+    next_expiry: float | None = None
+
+
+class LeaseBook:
+    """The statements of the lease table, one transaction per heartbeat."""
+
+    def __init__(self, store: StateStore, member: str, keys: list[str], seconds: float) -> None:
+        if store.backend != "postgres":
+            raise ConfigError("a fleet needs [state] url (PostgreSQL): workers share their state there")
+        self.store = store
+        self.member = member
+        self.keys = sorted(set(keys))
+        self.seconds = seconds
+
+    def register(self) -> None:
+        """One lease row per configured account (rows other configs made are left alone)."""
+        with self._tx() as db:
+            for key in self.keys:
+                db.execute("INSERT INTO leases (account) VALUES (?) ON CONFLICT DO NOTHING", (key,))
+
+    def beat(self, held: Mapping[str, Lease], *, take: bool = True) -> Beat:
+        """Renew the member row and ``held``; take free leases up to the fair share."""
+        sent = time.monotonic()
+        valid_until = sent + self.seconds * (1 - CLOCK_DRIFT)
+        secs = self.seconds
+        with self._tx() as db:
+            db.execute("INSERT INTO fleet_members (member, expires_at) VALUES (?, now() + make_interval(secs => ?)) "
+                       "ON CONFLICT (member) DO UPDATE SET expires_at = excluded.expires_at", (self.member, secs))
+            db.execute("DELETE FROM fleet_members WHERE expires_at <= now()")
+            members = int(db.execute("SELECT count(*) FROM fleet_members").fetchone()[0])
+            renewed = {
+                row[0]: int(row[1]) for row in db.execute(
+                    "UPDATE leases SET expires_at = now() + make_interval(secs => ?) "
+                    "WHERE owner = ? AND account = ANY(?) AND expires_at > now() RETURNING account, epoch",
+                    (secs, self.member, [k for k in held if not held[k].revoked])).fetchall()
+            }
+            share = math.ceil(len(self.keys) / max(members, 1))
+            taken: dict[str, int] = {}
+            if take and len(renewed) < share:
+                taken = {
+                    row[0]: int(row[1]) for row in db.execute(
+                        "UPDATE leases SET owner = ?, epoch = epoch + 1, expires_at = now() + make_interval(secs => ?) "
+                        "WHERE account IN (SELECT account FROM leases WHERE account = ANY(?) "
+                        "AND (owner IS NULL OR expires_at <= now()) ORDER BY account LIMIT ? "
+                        "FOR UPDATE SKIP LOCKED) RETURNING account, epoch",
+                        (self.member, secs, self.keys, share - len(renewed))).fetchall()
+                }
+            nxt = db.execute(
+                "SELECT EXTRACT(EPOCH FROM (LEAST("
+                "(SELECT min(expires_at) FROM leases WHERE account = ANY(?) AND owner IS NOT NULL AND owner <> ?), "
+                "(SELECT min(expires_at) FROM fleet_members WHERE member <> ?)) - now()))",
+                (self.keys, self.member, self.member)).fetchone()[0]
+        now_held: dict[str, Lease] = {}
+        for key, epoch in renewed.items():
+            lease = held[key]
+            if lease.epoch == epoch:
+                lease.valid_until = valid_until
+                now_held[key] = lease
+        for key, epoch in taken.items():
+            now_held[key] = Lease(key, self.member, epoch, secs, valid_until)
+        lost = [k for k in held if k not in now_held]
+        return Beat(now_held, list(taken), lost, members, share, None if nxt is None else float(nxt))
+
+    def release(self, leases: list[Lease]) -> None:
+        """Give leases back (free for the next beat of any member)."""
+        if not leases:
+            return
+        with self._tx() as db:
+            for lease in leases:
+                db.execute("UPDATE leases SET owner = NULL, expires_at = now() WHERE account = ? AND owner = ? "
+                           "AND epoch = ?", (lease.key, self.member, lease.epoch))
+
+    def leave(self) -> None:
+        with self._tx() as db:
+            db.execute("DELETE FROM fleet_members WHERE member = ?", (self.member,))
+
+    def _tx(self) -> Any:
+        return self.store.transaction()  # type: ignore[attr-defined]
+
+
+def new_member_id() -> str:
+    """This process in the fleet: host, pid and a random tail (a restarted pid is new)."""
+    return f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(3)}"
+
+
+class _Served:
+    """One account this worker serves: its lease, its bridge and the bridge's task."""
+
+    def __init__(self, entry: AccountEntry, lease: Lease, bridge: Any, task: asyncio.Task[None],
+                 stop: asyncio.Event) -> None:
+        self.entry = entry
+        self.lease = lease
+        self.bridge = bridge
+        self.task = task
+        self.stop = stop
+
+
+class Fleet:
+    """``gelbridge run`` with ``[state] url``: serve the accounts this worker holds leases on.
+
+    Each held account runs as its own :class:`~gelbridge._bridge.Bridge` (start-up,
+    backfill, sweeps, its own event source, shutdown), on the fleet's one state store;
+    its worker carries the lease as its fence.
+    """
+
+    def __init__(self, settings: Settings, *, environ: Mapping[str, str] | None = None,
+                 member: str | None = None, store: StateStore | None = None) -> None:
+        self.settings = settings
+        self.environ = environ if environ is not None else os.environ
+        self.member = member or new_member_id()
+        self.seconds = settings.fleet.lease_seconds
+        self._given_store = store
+        self.store: StateStore | None = store
+        entries = settings.accounts_list()
+        self._entries = {lease_key(settings.for_account(e)): e for e in entries}
+        if len(self._entries) != len(entries):
+            raise ConfigError("two [[accounts]] entries name the same account (PDS and identifier); list each once")
+        if settings.watch.source == "jetstream":
+            raise ConfigError("a fleet follows each account's own PDS: set [watch] source = \"firehose\" or \"poll\" "
+                              "(Jetstream with [state] url is not supported yet)")
+        self.served: dict[str, _Served] = {}
+        self.beats = 0
+        self.metrics: Any = None
+        self.watched: Any = None
+
+    @property
+    def interval(self) -> float:
+        return self.seconds / 4
+
+    async def run(self, stop: asyncio.Event, *, ready: asyncio.Event | None = None,
+                  out: Printer | None = None) -> None:
+        """Beat, serve what this worker holds, hand over what it should not, until ``stop``;
+        then hand every account over (``[worker] shutdown_grace`` for running replies)."""
+
+        def say(line: str) -> None:
+            if out is not None:
+                print(line, file=out, flush=True)
+
+        if self.store is None:
+            self.store = open_state(self.settings)
+        book = LeaseBook(self.store, self.member, list(self._entries), self.seconds)
+        listen = self.settings.observability.listen
+        obs_task: asyncio.Task[None] | None = None
+        if listen:
+            from gelbridge._observability import Metrics, Watched
+
+            self.metrics = Metrics()
+            self.watched = Watched(self.metrics, self._workers, self._sources)
+            obs_task = asyncio.create_task(self.watched.serve(listen), name="observability")
+        try:
+            book.register()
+            say(f"fleet: member {self.member}, {len(self._entries)} account(s) shared through "
+                f"{self.store.location}, leases of {self.seconds:g} s")
+            while not stop.is_set():
+                wait = self.interval
+                try:
+                    beat = book.beat({k: s.lease for k, s in self.served.items()})
+                except (StateError, LeaseLost) as e:
+                    log.warning("fleet heartbeat failed (%s); leases not renewed", e)
+                    await self._drop_expired()
+                else:
+                    self.beats += 1
+                    await self._apply(beat, book, say)
+                    if beat.next_expiry is not None and 0 <= beat.next_expiry < wait:
+                        wait = beat.next_expiry + 0.05  # take a dead member's accounts the moment they free up
+                if ready is not None and self.beats == 1 and not ready.is_set():
+                    say("ready: serving this worker's share of the accounts (Ctrl-C to stop)")
+                    ready.set()
+                try:
+                    await asyncio.wait_for(stop.wait(), timeout=max(wait, 0.05))
+                except TimeoutError:
+                    pass
+        finally:
+            await self._hand_over(list(self.served), book)
+            try:
+                book.leave()
+            except GelbridgeError as e:
+                log.warning("fleet: leaving failed (%s); the member row expires by itself", e)
+            if obs_task is not None:
+                obs_task.cancel()
+                await asyncio.gather(obs_task, return_exceptions=True)
+            if self._given_store is None and self.store is not None:
+                self.store.close()
+                self.store = None
+
+    # --- what a beat changes -----------------------------------------------------------------
+
+    async def _apply(self, beat: Beat, book: LeaseBook, say: Any) -> None:
+        for key in beat.lost:
+            served = self.served.pop(key, None)
+            if served is not None:
+                log.warning("fleet: lost the lease on %s; stopping at once", served.entry.label)
+                served.lease.revoke()
+                await self._stop(served, grace=0.0)
+        for key in beat.taken:
+            entry = self._entries[key]
+            self.served[key] = self._serve(entry, beat.held[key])
+            say(f"fleet: serving {entry.label} (lease epoch {beat.held[key].epoch})")
+        extra = len(self.served) - beat.share
+        if extra > 0 and beat.members > 1:
+            give = sorted(self.served)[-extra:]
+            log.info("fleet: %d member(s) now; handing over %d account(s)", beat.members, extra)
+            await self._hand_over(give, book)
+
+    async def _drop_expired(self) -> None:
+        """No beat went through: stop serving every account whose lease ran out locally."""
+        for key, served in list(self.served.items()):
+            try:
+                served.lease.check()
+            except LeaseLost:
+                log.warning("fleet: the lease on %s ran out without a heartbeat; stopping at once",
+                            served.entry.label)
+                served.lease.revoke()
+                del self.served[key]
+                await self._stop(served, grace=0.0)
+
+    def _serve(self, entry: AccountEntry, lease: Lease) -> _Served:
+        from gelbridge._bridge import Bridge
+        from gelbridge._worker import Worker
+
+        acct = self.settings.for_account(entry)
+        acct = acct.model_copy(update={"observability": acct.observability.model_copy(update={"listen": None})})
+        environ = self.environ
+
+        def worker_factory(settings: Settings, **kw: Any) -> Worker:
+            return Worker(settings, fence=lease, **kw)
+
+        bridge = Bridge(acct, environ=environ, worker_factory=worker_factory, store=self.store)
+        bridge.metrics = self.metrics
+        stop = asyncio.Event()
+        task = asyncio.create_task(self._run_bridge(entry, bridge, stop), name=f"fleet-{entry.label}")
+        return _Served(entry, lease, bridge, task, stop)
+
+    async def _run_bridge(self, entry: AccountEntry, bridge: Any, stop: asyncio.Event) -> None:
+        try:
+            await bridge.run(stop)
+        except asyncio.CancelledError:
+            raise
+        except LeaseLost:
+            log.warning("fleet: %s stopped: the lease is gone", entry.label)
+        except Exception as e:  # noqa: BLE001 - one account's failure never stops the others
+            log.error("fleet: serving %s failed (%s); the lease is released for another try", entry.label,
+                      type(e).__name__)
+            for key, served in list(self.served.items()):
+                if served.bridge is bridge:
+                    served.lease.revoke()
+                    del self.served[key]
+                    try:
+                        if self.store is not None:
+                            LeaseBook(self.store, self.member, [], self.seconds).release([served.lease])
+                    except GelbridgeError:
+                        pass
+
+    async def _stop(self, served: _Served, *, grace: float) -> None:
+        served.bridge.shutdown_grace = grace
+        served.stop.set()
+        bound = grace + 60.0
+        try:
+            await asyncio.wait_for(asyncio.shield(served.task), timeout=bound)
+        except TimeoutError:
+            log.error("fleet: %s did not stop within %.0f s; cancelled", served.entry.label, bound)
+            served.task.cancel()
+            await asyncio.gather(served.task, return_exceptions=True)
+        except Exception:  # noqa: BLE001 - logged by _run_bridge
+            pass
+
+    async def _hand_over(self, keys: list[str], book: LeaseBook) -> None:
+        """Stop serving ``keys`` gracefully (together), then give their leases back."""
+        leaving = [self.served.pop(k) for k in keys if k in self.served]
+        if not leaving:
+            return
+        grace = self.settings.worker.shutdown_grace
+        await asyncio.gather(*(self._stop(s, grace=grace) for s in leaving))
+        for s in leaving:
+            s.lease.revoke()
+        try:
+            book.release([s.lease for s in leaving])
+        except GelbridgeError as e:
+            log.warning("fleet: releasing %d lease(s) failed (%s); they expire by themselves", len(leaving), e)
+        for s in leaving:
+            log.info("fleet: handed %s over", s.entry.label)
+
+    # --- what the health server looks at ----------------------------------------------------------
+
+    def _workers(self) -> list[tuple[str, Any]]:
+        out = []
+        for s in self.served.values():
+            for ctx in s.bridge.accounts.values() if s.bridge._running else []:
+                out.append((s.entry.label, ctx.worker))
+        return out
+
+    def _sources(self) -> dict[str, Any]:
+        found: dict[str, Any] = {}
+        for s in self.served.values():
+            for name, src in s.bridge.sources.items():
+                found[f"{s.entry.label}:{name}"] = src
+        return found
