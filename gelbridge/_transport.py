@@ -769,6 +769,7 @@ class ProviderTransport:
         max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES,
         max_line_bytes: int = DEFAULT_MAX_LINE_BYTES,
         max_error_body_bytes: int = DEFAULT_MAX_ERROR_BODY_BYTES,
+        max_connections: int = 1024,
         http_transport: httpx.AsyncBaseTransport | None = None,
         sleep: Callable[[float], Any] = asyncio.sleep,
     ) -> None:
@@ -790,8 +791,10 @@ class ProviderTransport:
         self.client = httpx.AsyncClient(
             headers={"Content-Type": "application/json", **dict(headers or {})},
             timeout=timeout,
-            limits=httpx.Limits(max_connections=100, max_keepalive_connections=20,
-                                keepalive_expiry=30.0),
+            # a stream holds its connection for its whole length: the pool must hold
+            # every stream in flight (httpx's default of 100 would queue the 101st)
+            limits=httpx.Limits(max_connections=max_connections,
+                                max_keepalive_connections=min(max_connections, 64), keepalive_expiry=30.0),
             follow_redirects=False,
             transport=http_transport,
         )
@@ -1139,6 +1142,7 @@ class TransportPool:
         tr = ProviderTransport(
             name, cfg.base_url, headers=headers, connect_timeout=cfg.connect_timeout,
             read_timeout=cfg.read_timeout, deadline=cfg.deadline, retry=policy,
+            max_connections=cfg.max_connections,
             http_transport=self._http_transport(name) if self._http_transport else None,
         )
         self._transports[name] = tr

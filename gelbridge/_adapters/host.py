@@ -4,8 +4,11 @@ Each call borrows a runtime from the adapter's own pool (never shared with anoth
 adapter), so concurrent calls from different threads run in parallel (lupa releases
 the GIL while Lua runs). A runtime that hit a limit is thrown away and replaced.
 Scripts must be stateless between calls, except within one stream: a
-``StreamSession`` pins one runtime and one ``state`` table (the second argument of
-``transform_stream_chunk``) for all chunks of a stream.
+``StreamSession`` keeps one ``state`` table (the second argument of
+``transform_stream_chunk``) for all chunks of a stream, in a runtime it shares with up
+to ``streams_per_runtime`` other streams of the same adapter (a stream lasts tens of
+seconds: a runtime each would mean a thousand Lua states for a thousand streams, each
+cold in the CPU's caches and compiling its own traces; ``scripts/bench_scale.py``).
 """
 
 from __future__ import annotations
@@ -29,6 +32,17 @@ DEFAULT_ENDPOINT = "/chat/completions"
 POOL_WAIT_SECONDS = 30.0
 
 
+class _StreamHost:
+    """A runtime that holds the ``state`` tables of several streams; one chunk at a time."""
+
+    __slots__ = ("rt", "lock", "sessions")
+
+    def __init__(self, rt: LuaSandbox) -> None:
+        self.rt = rt
+        self.lock = threading.Lock()  # uncontended on one event loop: ~0.1 µs a chunk
+        self.sessions = 0
+
+
 class _RuntimePool:
     """Up to ``size`` runtimes, each running the same script; created on demand.
 
@@ -50,6 +64,8 @@ class _RuntimePool:
         self._lock = threading.Lock()
         self._freed = threading.Condition(self._lock)
         self._waiters = 0
+        self._hosts: list[_StreamHost] = []  # the stream runtimes, fullest first
+        self.stream_runtimes_created = 0
 
     def _new(self) -> LuaSandbox:
         rt = LuaSandbox(self._name, self._limits, self._services)
@@ -121,33 +137,34 @@ class _RuntimePool:
             with self._freed:
                 self._freed.notify()
 
-    def acquire_pinned(self) -> tuple[LuaSandbox, bool]:
-        """A runtime for the whole of one stream: ``(runtime, True)``.
+    def enter_stream(self) -> _StreamHost:
+        """A stream runtime with room for one more stream (a new one when all are full).
 
-        A stream holds its runtime between chunks (its ``state`` table lives there)
-        while the event loop serves other calls, so pinned runtimes never count
-        against ``pool_size``: an idle pooled runtime leaves the pool for the stream
-        (or a new one is made), and ordinary calls can always get a runtime without
-        waiting for a stream to end. Never blocks.
-        """
-        try:
-            rt = self._idle.pop()
-        except IndexError:
-            return self._new(), True
+        Stream runtimes are apart from the call pool: a stream holds its place between
+        chunks while the event loop serves other calls, so streams never make an ordinary
+        call wait. Never blocks beyond making one runtime."""
+        cap = self._limits.streams_per_runtime
         with self._lock:
-            self._created -= 1
-        return rt, True
+            for host in self._hosts:
+                if host.sessions < cap and not host.rt.broken:
+                    host.sessions += 1
+                    return host
+        host = _StreamHost(self._new())
+        host.sessions = 1
+        with self._lock:
+            self._hosts.append(host)
+            self.stream_runtimes_created += 1
+        return host
 
-    def release_pinned(self, rt: LuaSandbox, pinned: bool = True) -> None:
-        """Back into the pool if it has room (and the runtime is healthy), else dropped."""
-        if rt.broken:
-            return
+    def leave_stream(self, host: _StreamHost) -> None:
+        """One stream ended: a broken runtime, or an empty one beside another, goes."""
         with self._lock:
-            room = self._created < self._limits.pool_size
-            if room:
-                self._created += 1
-        if room:
-            self._release(rt)
+            host.sessions -= 1
+            if host.rt.broken or (host.sessions == 0 and len(self._hosts) > 1):
+                try:
+                    self._hosts.remove(host)
+                except ValueError:
+                    pass
 
 
 AUTH_STYLES = ("bearer", "x-api-key", "x-goog-api-key", "none")
@@ -177,39 +194,49 @@ class AdapterOptions:
 
 
 class StreamSession:
-    """One runtime and one ``state`` table pinned for a whole stream.
+    """One ``state`` table for a whole stream, in a runtime shared with other streams.
 
     ``chunk(data)`` calls ``transform_stream_chunk(data, state)``: ADAPTER.md scripts
-    ignore the second argument, ``lux-ir-v1`` scripts keep per-stream state in it.
-    Not thread-safe (one stream = one consumer). ``close()`` returns the runtime.
+    ignore the second argument, ``lux-ir-v1`` scripts keep per-stream state in it. A
+    sandbox limit that any stream on the runtime hits ends the runtime, and with it the
+    streams on it (each with a clear error; ``streams_per_runtime = 1`` isolates every
+    stream). Not thread-safe (one stream = one consumer). ``close()`` leaves the runtime.
     """
 
-    __slots__ = ("_adapter", "_pool", "_rt", "_overflow", "_state", "_call")
+    __slots__ = ("_adapter", "_pool", "_host", "_lock", "_rt", "_state", "_call")
 
     def __init__(self, adapter: Adapter) -> None:
         if not adapter.has_stream_transform:
             raise AdapterError(f"adapter {adapter.name!r} has no transform_stream_chunk")
         self._adapter = adapter
         self._pool = adapter._pool
-        rt, self._overflow = self._pool.acquire_pinned()
-        self._rt: LuaSandbox | None = rt
-        self._state = rt._rt.table()
+        host = self._pool.enter_stream()
+        self._host: _StreamHost | None = host
+        self._lock = host.lock
+        self._rt: LuaSandbox = host.rt
+        with self._lock:
+            self._state: Any = host.rt._rt.table()
         # The sandbox's two-argument entry point passes (data, state) and keeps every
         # limit; a nil result is refused like any non-string.
-        self._call: Any = rt.stream_caller("transform_stream_chunk")
+        self._call: Any = host.rt.stream_caller("transform_stream_chunk")
 
     def chunk(self, data: str) -> str:
-        if self._rt is None:
+        if self._host is None:
             raise AdapterError(f"adapter {self._adapter.name!r}: stream session already closed")
-        out: str = self._call(data, self._state)
+        with self._lock:
+            if self._rt.broken:
+                raise AdapterError(f"adapter {self._adapter.name!r}: the Lua runtime of this stream was reset "
+                                   "after a stream on it hit a sandbox limit; the stream cannot go on")
+            out: str = self._call(data, self._state)
         return out
 
     def close(self) -> None:
-        rt, self._rt = self._rt, None
-        if rt is not None:
-            self._state = None
+        host, self._host = self._host, None
+        if host is not None:
+            with self._lock:
+                self._state = None  # collected with the runtime's next cycle
             self._call = None
-            self._pool.release_pinned(rt, self._overflow)
+            self._pool.leave_stream(host)
 
     def __enter__(self) -> StreamSession:
         return self
@@ -256,7 +283,7 @@ class Adapter:
         return path
 
     def stream_session(self) -> StreamSession:
-        """Pin one runtime and one fresh ``state`` table for a whole stream (close it!)."""
+        """A fresh ``state`` table for a whole stream, in a shared stream runtime (close it!)."""
         return StreamSession(self)
 
     def __repr__(self) -> str:

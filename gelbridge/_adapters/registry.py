@@ -128,6 +128,7 @@ def limits_from_settings(settings: Settings) -> SandboxLimits:
         max_memory=ad.memory_limit_mb * 1024 * 1024,
         max_instructions=ad.instruction_limit,
         pool_size=max(1, ad.pool_size),
+        streams_per_runtime=ad.streams_per_runtime,
         engine=ad.engine,
     )
 

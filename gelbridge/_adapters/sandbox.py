@@ -54,6 +54,8 @@ class SandboxLimits:
     """Largest adapter file the registry loads."""
     pool_size: int = 4
     """Runtimes per adapter (concurrent calls beyond this wait for a free one)."""
+    streams_per_runtime: int = 32
+    """Streams whose ``state`` tables share one runtime (and its memory limit)."""
     engine: Engine = "auto"
 
 
