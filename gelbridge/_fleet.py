@@ -1,8 +1,8 @@
 """The fleet: any number of ``gelbridge run`` processes with one Postgres ``[state] url``
 share the accounts of their config, each account served by one live worker at a time.
 
-**Leases.** One row per account in ``leases`` (key: the account's PDS and login
-identifier, as in the config): its owner, an ``epoch`` that grows with every takeover,
+**Leases.** One row per account in ``leases`` (key: the account's login identifier,
+as in the config): its owner, an ``epoch`` that grows with every takeover,
 and ``expires_at`` on the database's clock. Every ``lease_seconds / 4`` a worker beats:
 one transaction renews its member row and its leases, forgets members whose row
 expired, and takes free or expired leases up to its fair share
@@ -53,11 +53,10 @@ CLOCK_DRIFT = 0.01  # the share of a lease a worker's clock may run slow against
 
 
 def lease_key(account: Settings) -> str:
-    """The lease's key for one account's settings (``Settings.for_account``): the same
-    key every worker with the same config computes (the session's key)."""
-    from gelbridge._worker.service import session_key
-
-    return session_key(account)
+    """The lease's key for one account's settings (``Settings.for_account``): its login
+    identifier (a handle or DID names one account, whichever URL a worker reaches its PDS
+    by), as every worker with the same config computes it."""
+    return (account.account.identifier or "").strip().lower()
 
 
 class Lease:
@@ -265,21 +264,30 @@ class Fleet:
             book.register()
             say(f"fleet: member {self.member}, {len(self._entries)} account(s) shared through "
                 f"{self.store.location}, leases of {self.seconds:g} s")
+            said_ready = False
+            failing = 0
             while not stop.is_set():
                 wait = self.interval
                 try:
                     beat = book.beat({k: s.lease for k, s in self.served.items()})
                 except (StateError, LeaseLost) as e:
-                    log.warning("fleet heartbeat failed (%s); leases not renewed", e)
+                    failing += 1
+                    if failing == 1 or failing % 60 == 0:  # once, then about once a minute
+                        log.warning("fleet heartbeat failed (%s); leases not renewed (%d in a row)", e, failing)
                     await self._drop_expired()
                 else:
+                    if failing:
+                        log.warning("fleet heartbeat works again after %d failure(s)", failing)
+                        failing = 0
                     self.beats += 1
                     await self._apply(beat, book, say)
                     if beat.next_expiry is not None and 0 <= beat.next_expiry < wait:
                         wait = beat.next_expiry + 0.05  # take a dead member's accounts the moment they free up
-                if ready is not None and self.beats == 1 and not ready.is_set():
+                if self.beats == 1 and not said_ready:
+                    said_ready = True
                     say("ready: serving this worker's share of the accounts (Ctrl-C to stop)")
-                    ready.set()
+                    if ready is not None:
+                        ready.set()
                 try:
                     await asyncio.wait_for(stop.wait(), timeout=max(wait, 0.05))
                 except TimeoutError:

@@ -775,6 +775,7 @@ class ProviderTransport:
     ) -> None:
         self.name = name
         self.base_url = base_url
+        self.read_timeout = read_timeout
         self.deadline = deadline
         self.retry = retry or RetryPolicy()
         self.max_response_bytes = max_response_bytes
@@ -968,6 +969,7 @@ class ProviderStream:
         self._deadline_at = deadline_at
         self._gen: AsyncIterator[str] | None = None
         self._start = time.monotonic()
+        self._in_body = False  # a 2xx body is arriving (from then on _run checks the deadline per chunk)
         self.timing = TransportTiming()
         self.saw_done = False
         self.ended_cleanly = False
@@ -979,16 +981,23 @@ class ProviderStream:
         if self._gen is None:
             self._start = time.monotonic()
             self._gen = self._run()
-        if self._deadline_at is None:
+        deadline = self._deadline_at
+        # A timer per chunk costs more than the chunk's adapter work: once the body flows,
+        # _run checks the deadline at every chunk (a trickle of keep-alives included) and
+        # the read timeout ends a silent stall, so the timer is armed only before the
+        # body and when less than a read timeout is left.
+        if deadline is None or (self._in_body and deadline - time.monotonic() > self._t.read_timeout):
             return await self._gen.__anext__()
         try:
-            async with asyncio.timeout_at(_loop_time_at(self._deadline_at)):
+            async with asyncio.timeout_at(_loop_time_at(deadline)):
                 return await self._gen.__anext__()
         except TimeoutError:
-            self.timing.total = time.monotonic() - self._start
-            raise ProviderError(
-                f"stream from {_host(self._url)} did not finish within its deadline; "
-                "try again or raise the deadline", kind="timeout") from None
+            raise self._past_deadline() from None
+
+    def _past_deadline(self) -> ProviderError:
+        self.timing.total = time.monotonic() - self._start
+        return ProviderError(f"stream from {_host(self._url)} did not finish within its deadline; "
+                             "try again or raise the deadline", kind="timeout")
 
     async def aclose(self) -> None:
         if self._gen is not None:
@@ -1037,10 +1046,14 @@ class ProviderStream:
                         is_sse = framing == "sse"
                         chunks = resp.aiter_bytes()
                         n = 0
+                        deadline = self._deadline_at
                         async for chunk in chunks:
                             if received is None:
                                 received = 0
                                 timing.ttfb = time.monotonic() - self._start
+                                self._in_body = True
+                            if deadline is not None and time.monotonic() > deadline:
+                                raise self._past_deadline()
                             n += len(chunk)
                             received = n
                             if n > limit:

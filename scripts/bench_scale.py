@@ -30,29 +30,66 @@ CHUNK_DELAY = 0.05
 
 
 def serve(seconds: float) -> None:
-    """The slow model server (run in a child process)."""
-    import threading
+    """The slow model server (run in a child process): OpenAI Chat Completions SSE, the
+    frames of the local wire server (``_dev._wire_openai``, which the official SDK's tests
+    check), one every 50 ms, on asyncio so that a thousand streams at once cost the
+    server little (the threaded ``ModelServer`` spends a core on a few hundred)."""
+    import json as _json
 
-    from gelbridge._dev.model_server import ModelServer, Turn
+    from gelbridge._dev._wire_common import Turn, WireContext
+    from gelbridge._dev._wire_openai import render_stream
 
     chunks = max(1, int(seconds / CHUNK_DELAY))
-    turn = Turn(text="word " * (chunks * 2), chunk_size=10, chunk_delay=CHUNK_DELAY)
-    with ModelServer(responder=lambda req: turn, record_requests=False) as server:
-        print(server.url, flush=True)
-        threading.Event().wait(seconds * 4 + 120)
+    turn = Turn(text="word " * (chunks * 2), chunk_size=10)
+    frames = render_stream(turn, WireContext(model="echo", seq=1, created=int(time.time()), prompt_text="",
+                                             chunk_size=10))
+    frames.append(b"data: [DONE]\n\n")
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            while True:  # keep-alive: one request after another
+                head = await reader.readuntil(b"\r\n\r\n")
+                length = 0
+                for line in head.split(b"\r\n"):
+                    if line.lower().startswith(b"content-length:"):
+                        length = int(line.split(b":", 1)[1])
+                body = _json.loads(await reader.readexactly(length)) if length else {}
+                assert body.get("stream") is True
+                writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n"
+                             b"transfer-encoding: chunked\r\ncache-control: no-cache\r\n\r\n")
+                for frame in frames:
+                    writer.write(b"%x\r\n%s\r\n" % (len(frame), frame))
+                    await writer.drain()
+                    await asyncio.sleep(CHUNK_DELAY)
+                writer.write(b"0\r\n\r\n")
+                await writer.drain()
+        except (asyncio.IncompleteReadError, ConnectionError):
+            pass
+        finally:
+            writer.close()
+
+    async def main() -> None:
+        server = await asyncio.start_server(handle, "127.0.0.1", 0, backlog=4096)
+        print(f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}", flush=True)
+        await asyncio.sleep(seconds * 4 + 120)
+
+    asyncio.run(main())
 
 
 def rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
-async def run(url: str, turns: int) -> None:
+async def run(url: str, turns: int, streams_per_runtime: int | None = None) -> None:
     from gelbridge._adapters.client import ModelClient
-    from gelbridge._config import ProviderConfig, Settings
+    from gelbridge._config import AdaptersConfig, ProviderConfig, Settings
     from gelbridge.lux import LuxRequest, Message, Options, Text
 
+    adapters = AdaptersConfig() if streams_per_runtime is None else AdaptersConfig(
+        streams_per_runtime=streams_per_runtime)
     settings = Settings(providers={"local": ProviderConfig(adapter="openai", base_url=url + "/v1", max_retries=0,
-                                                           read_timeout=60.0, deadline=900.0)})
+                                                           read_timeout=60.0, deadline=900.0)},
+                        adapters=adapters)
     req = LuxRequest(model="echo", conversation=[Message("user", [Text("stream for a while")])],
                      options=Options(stream=True))
     from gelbridge._adapters import host
@@ -106,7 +143,8 @@ def main() -> None:
         assert child.stdout is not None
         url = child.stdout.readline().strip()
         print(f"model server {url}: one chunk every {CHUNK_DELAY * 1000:.0f} ms for {seconds:g} s per stream")
-        asyncio.run(run(url, turns))
+        spr = int(args["streams-per-runtime"]) if "streams-per-runtime" in args else None
+        asyncio.run(run(url, turns, spr))
     finally:
         child.terminate()
         child.wait(10)

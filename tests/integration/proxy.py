@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 
 
 class TcpProxy:
     def __init__(self, target_host: str, target_port: int) -> None:
         self.target = (target_host, target_port)
         self.port = 0
+        #: time.time() of every request line starting "POST /xrpc/" the client sent
+        self.posts: list[float] = []
         self._server: asyncio.base_events.Server | None = None
         self._conns: set[asyncio.StreamWriter] = set()
 
@@ -30,9 +33,11 @@ class TcpProxy:
             return
         self._conns |= {w, uw}
 
-        async def pipe(src: asyncio.StreamReader, dst: asyncio.StreamWriter) -> None:
+        async def pipe(src: asyncio.StreamReader, dst: asyncio.StreamWriter, upstream: bool) -> None:
             try:
                 while data := await src.read(65536):
+                    if upstream and data.startswith(b"POST /xrpc/"):
+                        self.posts.append(time.time())
                     dst.write(data)
                     await dst.drain()
             except (OSError, asyncio.CancelledError):
@@ -41,7 +46,7 @@ class TcpProxy:
                 with contextlib.suppress(Exception):
                     dst.close()
 
-        await asyncio.gather(pipe(r, uw), pipe(ur, w))
+        await asyncio.gather(pipe(r, uw, True), pipe(ur, w, False))
         self._conns -= {w, uw}
 
     async def outage(self) -> None:

@@ -81,12 +81,16 @@ approval = "never"
 class WorkerProc:
     """`python -m gelbridge run` in its own process group; stderr to a log file."""
 
-    def __init__(self, cfg: Path, account: AccountInfo, log: Path) -> None:
+    def __init__(self, cfg: Path, account: AccountInfo | None, log: Path, *,
+                 env: dict[str, str] | None = None) -> None:
         self.cfg, self.account, self.log_path = cfg, account, log
+        self.extra_env = env or {}
         self.proc: subprocess.Popen[bytes] | None = None
 
     def start(self, timeout: float = 60.0) -> None:
-        env = {**os.environ, PASSWORD_ENV: self.account.app_password}
+        env = {**os.environ, **self.extra_env}
+        if self.account is not None:
+            env[PASSWORD_ENV] = self.account.app_password
         env.pop("GELBRIDGE_CONFIG", None)
         self._log = open(self.log_path, "ab")
         self._out = self.log_path.with_suffix(".out")
@@ -102,6 +106,11 @@ class WorkerProc:
                 return
             time.sleep(0.1)
         raise AssertionError("worker not ready in time")
+
+    @property
+    def pid(self) -> int:
+        assert self.proc is not None
+        return self.proc.pid
 
     def kill(self) -> None:
         assert self.proc is not None
