@@ -252,6 +252,11 @@ class WriteBudget:
         except ValueError:
             pass
 
+    def restore(self, limit: int | None, remaining: int | None, reset_at: float | None) -> None:
+        """A budget saved earlier (``StateStore.save_write_budget``), if its window is still open."""
+        if remaining is not None and reset_at is not None and reset_at > time.time():
+            self.limit, self.remaining, self.reset_at = limit, remaining, reset_at
+
     def low(self, reserve: int) -> bool:
         """Fewer than ``reserve`` points left before the reset (as far as is known)."""
         if self.remaining is None:

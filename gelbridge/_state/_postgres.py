@@ -145,12 +145,14 @@ def _pg(sql: str) -> str:
 class _PgDb:
     """A psycopg connection seen through the shared SQL's placeholders."""
 
-    __slots__ = ("conn",)
+    __slots__ = ("conn", "store")
 
-    def __init__(self, conn: Any) -> None:
+    def __init__(self, conn: Any, store: PostgresStore) -> None:
         self.conn = conn
+        self.store = store
 
     def execute(self, sql: str, args: Sequence[Any] = (), /) -> Cursor:
+        self.store.round_trips += 1
         cur: Cursor = self.conn.execute(_pg(sql), args)
         return cur
 
@@ -189,6 +191,8 @@ class PostgresStore(StateStore):
         self.location = redacted(url)
         self.timeout = timeout
         self._conn: Any = None
+        #: statements sent, BEGIN and COMMIT included (what docs/scale.md counts per turn)
+        self.round_trips = 0
         with self._lock:
             self._connect()
             self._migrate()
@@ -235,9 +239,10 @@ class PostgresStore(StateStore):
     def _tx(self) -> Iterator[Db]:
         with self._lock:
             conn = self._connect()
+            self.round_trips += 2  # BEGIN, COMMIT
             try:
                 with conn.transaction():
-                    yield _PgDb(conn)
+                    yield _PgDb(conn, self)
             except self._psycopg.Error as e:
                 if conn.broken:
                     self._conn = None
@@ -246,6 +251,7 @@ class PostgresStore(StateStore):
     def _read(self, sql: str, args: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
         with self._lock:
             conn = self._connect()
+            self.round_trips += 1
             try:
                 rows: list[tuple[Any, ...]] = conn.execute(_pg(sql), args).fetchall()
             except self._psycopg.Error as e:

@@ -195,6 +195,11 @@ class Worker:
         if self.fence is not None:
             self.pds.write_guard = self.fence.check
             self.store.fence([self.did], self.fence)
+        saved_budget = self.store.load_write_budget(self.did)
+        if saved_budget is not None and self.pds.budget.remaining is None:
+            # the budget the PDS last stated (to this worker or another of its fleet) holds
+            # until its reset: progress updates keep the reserve from the first write on
+            self.pds.budget.restore(saved_budget["limit"], saved_budget["remaining"], saved_budget["reset_at"])
         r = s.relay
         if getattr(self.pds, "relay", None) is None and r.applies_to(self.pds.pds_url):
             self.pds.relay = RelayBudget(urlsplit(self.pds.pds_url).netloc, r.events_per_second,

@@ -110,3 +110,16 @@ def test_turns_keep_their_points_and_status_sums_them_by_hour_and_day(tmp_path: 
     assert acct["points"] == {"last_hour": 10, "last_day": 40}
     assert acct["budget"]["remaining"] == 4321 and acct["budget"]["limit"] == 5000
     assert [t["points"] for t in acct["turns"]] == [4, 6, 30]  # this account's turns only
+
+
+def test_a_saved_budget_is_restored_only_while_its_window_is_open() -> None:
+    """A worker taking an account over (a restart, or another worker of the fleet) starts
+    from the budget the PDS last stated, until that budget's reset."""
+    from gelbridge._pds import WriteBudget
+
+    open_window = WriteBudget()
+    open_window.restore(5000, 40, time.time() + 600)
+    assert open_window.low(100) and open_window.remaining == 40
+    past = WriteBudget()
+    past.restore(5000, 40, time.time() - 1)
+    assert past.remaining is None and not past.low(100)
