@@ -50,6 +50,7 @@ async def check_settings(settings: Settings, *, environ: Mapping[str, str], logi
             rep.problems.append(tracing.EXTRA_HINT)
         else:
             rep.lines.append(f"traces     OTLP/HTTP to {settings.observability.otlp_endpoint or 'the SDK default'}")
+    _check_state(settings, rep)
     _check_providers(settings, environ, rep)
     per_account = [settings.for_account(a) for a in accounts] if settings.accounts else (
         [settings] if accounts else [])
@@ -61,6 +62,26 @@ async def check_settings(settings: Settings, *, environ: Mapping[str, str], logi
         for acct in per_account:
             await _check_login(acct, environ, rep, label=_label(settings, acct))
     return rep
+
+
+def _check_state(settings: Settings, rep: CheckReport) -> None:
+    """``[state] url``: PostgreSQL answers and holds no newer schema (nothing is changed);
+    a fleet follows firehose or poll."""
+    url = settings.state.url
+    if not url:
+        return
+    from gelbridge._state._postgres import probe, redacted
+
+    if settings.watch.source == "jetstream":
+        rep.problems.append('[state] url: a fleet follows each account\'s own PDS: set [watch] source = "firehose" '
+                            'or "poll" (Jetstream with [state] url is not supported yet)')
+    try:
+        version = probe(url, settings.state.timeout)
+    except GelbridgeError as e:
+        rep.problems.append(f"[state] url: {e}")
+        return
+    schema = f"schema v{version}" if version else "empty: the first worker creates the tables"
+    rep.lines.append(f"state      {redacted(url)} ({schema}); a fleet with leases of {settings.fleet.lease_seconds:g} s")
 
 
 def _label(settings: Settings, acct: Settings) -> str:

@@ -191,6 +191,27 @@ class LeaseBook:
         return self.store.transaction()  # type: ignore[attr-defined]
 
 
+def fleet_view(store: StateStore, keys: list[str]) -> dict[str, Any] | None:
+    """The live workers and who holds each of ``keys`` (``gelbridge status``); None when
+    the store is not a fleet's (SQLite, or no worker has run on it yet)."""
+    if store.backend != "postgres":
+        return None
+    try:
+        with store.transaction() as db:  # type: ignore[attr-defined]
+            members = db.execute("SELECT member, EXTRACT(EPOCH FROM expires_at - now()) FROM fleet_members "
+                                 "WHERE expires_at > now() ORDER BY member").fetchall()
+            leases = db.execute("SELECT account, owner, epoch, EXTRACT(EPOCH FROM expires_at - now()) FROM leases "
+                                "WHERE account = ANY(?)", (keys,)).fetchall()
+    except StateError:
+        return None
+    held = {}
+    for key, owner, epoch, left in leases:
+        live = owner is not None and float(left) > 0
+        held[key] = {"owner": owner if live else None, "epoch": int(epoch),
+                     "left": round(float(left), 1) if live else None}
+    return {"members": [{"member": m, "left": round(float(left), 1)} for m, left in members], "leases": held}
+
+
 def new_member_id() -> str:
     """This process in the fleet: host, pid and a random tail (a restarted pid is new)."""
     return f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(3)}"

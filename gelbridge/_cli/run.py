@@ -191,6 +191,10 @@ def status_command(
         return
     print(f"state     {rep['state']}")
     print(f"source    {rep['source']}")
+    fleet = rep.get("fleet")
+    if fleet is not None:
+        live = ", ".join(f"{m['member']} ({m['left']:.0f} s left)" for m in fleet["members"]) or "none"
+        print(f"fleet     {len(fleet['members'])} live worker(s): {live}")
     for acct in rep["accounts"]:
         _print_account(acct)
     print(f"recent errors ({len(rep['errors'])})")
@@ -201,6 +205,11 @@ def status_command(
 def _print_account(acct: dict[str, Any]) -> None:
     name = f"{acct['name']}: " if acct["name"] and acct["name"] != acct["handle"] else ""
     print(f"account   {name}{acct['handle'] or '?'} ({acct['did'] or 'not logged in yet'}) on {acct['pds'] or '?'}")
+    if "lease" in acct:
+        lease = acct["lease"]
+        held = (f"{lease['owner']} (lease epoch {lease['epoch']}, {lease['left']:.0f} s left)"
+                if lease and lease["owner"] else "nobody right now (free, or its worker died: taken within the lease)")
+        print(f"  served by {held}")
     print(f"  cursor    {acct['cursor'] if acct['cursor'] is not None else '-'}")
     pts, budget = acct["points"], acct["budget"]
     line = f"  points    {pts['last_hour']} in the last hour, {pts['last_day']} in the last day (this bot's writes)"

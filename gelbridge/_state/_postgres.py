@@ -288,3 +288,22 @@ class PostgresStore(StateStore):
     @property
     def schema_version(self) -> int:
         return int(self._read("SELECT version FROM gelbridge_schema")[0][0])
+
+
+def probe(url: str, timeout: float = 5.0) -> int:
+    """Connect once, change nothing: the schema version the database holds (0: none yet).
+    Raises :class:`StateError` with what to fix (unreachable, refused, or newer schema)."""
+    psycopg = _import_psycopg()
+    where = redacted(url)
+    try:
+        with psycopg.connect(url, connect_timeout=max(1, int(timeout)), application_name="gelbridge-check") as conn:
+            exists = conn.execute("SELECT to_regclass('gelbridge_schema') IS NOT NULL").fetchone()[0]
+            version = int(conn.execute("SELECT version FROM gelbridge_schema").fetchone()[0]) if exists else 0
+    except psycopg.Error as e:
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise StateError(f"state database {where} unreachable ({first[:200]}); check [state] url and that "
+                         "PostgreSQL is up") from None
+    if version > SCHEMA_VERSION:
+        raise StateError(f"state database {where} has schema v{version}, this gelbridge knows v{SCHEMA_VERSION}: "
+                         "upgrade gelbridge (every worker of the fleet) first")
+    return version

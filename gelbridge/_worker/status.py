@@ -54,8 +54,18 @@ def status_report(settings: Settings, store: StateStore, *, now: float | None = 
         for s in stores.values():
             if s is not store:
                 s.close()
+    fleet = None
+    if store.backend == "postgres":
+        from gelbridge._fleet import fleet_view, lease_key
+
+        keys = {lease_key(settings.for_account(e) if e.identifier and settings.accounts else settings): i
+                for i, e in enumerate(entries)}
+        fleet = fleet_view(store, list(keys))
+        if fleet is not None:
+            for key, i in keys.items():
+                accounts[i]["lease"] = fleet["leases"].get(key)
     return {"state": store.location, "backend": store.backend, "source": settings.watch.source, "accounts": accounts,
-            "errors": errors[:10]}
+            "errors": errors[:10], "fleet": fleet}
 
 
 def _store_at(acct: Settings, stores: dict[str, StateStore]) -> StateStore | None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import subprocess
 import sys
 import time
 from collections import Counter
@@ -185,6 +186,12 @@ async def test_three_workers_six_accounts_two_killed_every_message_answered_once
             workers = [w1, w2, w3]
             await wait_for("an even spread (2 accounts each)",
                            lambda: sorted(len(fleet.held_by(w)) for w in workers) == [2, 2, 2], 60)
+            status = json.loads(subprocess.run(
+                [sys.executable, "-m", "gelbridge", "status", "--config", str(cfg), "--json"],
+                capture_output=True, text=True, timeout=60, check=True).stdout)
+            assert len(status["fleet"]["members"]) == 3 and status["backend"] == "postgres"
+            by = Counter(pid_of(a["lease"]["owner"]) for a in status["accounts"])
+            assert by == {w.pid: 2 for w in workers}
 
             # sealed messages arrive on all six accounts: each answered once, completely
             first: dict[str, str] = {}
