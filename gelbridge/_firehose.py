@@ -242,7 +242,8 @@ async def subscribe_repos(
             async for ev in events: ...
     """
     url = subscribe_url(pds_url, cursor)
-    dids = frozenset(did_filter) if did_filter is not None else None
+    # a set is read live (its owner may add DIDs while subscribed); anything else is copied
+    dids = did_filter if isinstance(did_filter, set) else (frozenset(did_filter) if did_filter is not None else None)
     try:
         ws = await websockets.connect(
             url, open_timeout=open_timeout, max_size=MAX_FRAME_BYTES, ping_interval=20, ping_timeout=20

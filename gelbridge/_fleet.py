@@ -21,6 +21,11 @@ so a takeover waits for the write or the write sees the takeover
 writing a third of a lease before anyone could take the lease over. The PDS claim
 (create-only reply record, swap on every update) stays the final guard.
 
+**Intake.** With ``[watch] source = "firehose"`` a worker keeps one subscription per PDS
+host for all the accounts it serves there (its own cursor key: a cursor matters only
+within one worker's life; an account it takes over is backfilled), and hands each
+record to the account's bridge; with ``poll`` each account's bridge polls by itself.
+
 **Hand-over.** When an account leaves a worker (a rebalance, SIGTERM), its source stops,
 running replies get ``[worker] shutdown_grace`` to finish, then the lease is revoked
 (those replies write nothing more: their claims stay open) and released; the next
@@ -184,8 +189,10 @@ class LeaseBook:
                            "AND epoch = ?", (lease.key, self.member, lease.epoch))
 
     def leave(self) -> None:
+        """Leave the fleet: the member row, and the cursors only this member used."""
         with self._tx() as db:
             db.execute("DELETE FROM fleet_members WHERE member = ?", (self.member,))
+            db.execute("DELETE FROM cursors WHERE source LIKE ?", (f"firehose:%:fleet:{self.member}",))
 
     def _tx(self) -> Any:
         return self.store.transaction()  # type: ignore[attr-defined]
@@ -215,6 +222,14 @@ def fleet_view(store: StateStore, keys: list[str]) -> dict[str, Any] | None:
 def new_member_id() -> str:
     """This process in the fleet: host, pid and a random tail (a restarted pid is new)."""
     return f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(3)}"
+
+
+class _HostFeed:
+    """One firehose subscription for every account this worker serves on one PDS host."""
+
+    def __init__(self, source: Any, task: asyncio.Task[None]) -> None:
+        self.source = source
+        self.task = task
 
 
 class _Served:
@@ -253,6 +268,8 @@ class Fleet:
             raise ConfigError("a fleet follows each account's own PDS: set [watch] source = \"firehose\" or \"poll\" "
                               "(Jetstream with [state] url is not supported yet)")
         self.served: dict[str, _Served] = {}
+        self._feeds: dict[str, _HostFeed] = {}  # PDS URL -> its subscription (firehose)
+        self._routes: dict[str, Any] = {}  # DID -> the bridge serving it here
         self.beats = 0
         self.metrics: Any = None
         self.watched: Any = None
@@ -315,6 +332,7 @@ class Fleet:
                     pass
         finally:
             await self._hand_over(list(self.served), book)
+            await self._stop_feeds()
             try:
                 book.leave()
             except GelbridgeError as e:
@@ -376,7 +394,10 @@ class Fleet:
 
     async def _run_bridge(self, entry: AccountEntry, bridge: Any, stop: asyncio.Event) -> None:
         try:
-            await bridge.run(stop)
+            if self.settings.watch.source == "firehose":
+                await self._run_fed(bridge, stop)
+            else:
+                await bridge.run(stop)
         except asyncio.CancelledError:
             raise
         except LeaseLost:
@@ -393,6 +414,75 @@ class Fleet:
                             LeaseBook(self.store, self.member, [], self.seconds).release([served.lease])
                     except GelbridgeError:
                         pass
+
+    async def _run_fed(self, bridge: Any, stop: asyncio.Event) -> None:
+        """The account's bridge (workers, backfill, sweeps) fed by this worker's one
+        subscription on its PDS: registered once logged in, so the backfill that
+        ``start`` runs in the background covers what came before."""
+        dids: list[str] = []
+        try:
+            await bridge.start()
+            for ctx in bridge.accounts.values():
+                self._feed(ctx.worker.pds.pds_url, ctx.did, bridge)
+                dids.append(ctx.did)
+            await stop.wait()
+        finally:
+            for did in dids:
+                self._unfeed(did)
+            await bridge.aclose()
+
+    def _feed(self, pds_url: str, did: str, bridge: Any) -> None:
+        from gelbridge._worker.sources import FirehoseSource
+
+        host = pds_url.rstrip("/")
+        self._routes[did] = bridge
+        feed = self._feeds.get(host)
+        if feed is None:
+            assert self.store is not None
+            source = FirehoseSource(host, set(), self.store, self._route, on_gap=self._gap(host),
+                                    on_reconnect=self._reconnected(host),
+                                    key=f"firehose:{host}:fleet:{self.member}")
+            feed = _HostFeed(source, asyncio.create_task(source.run(), name=f"fleet-firehose-{host}"))
+            self._feeds[host] = feed
+        feed.source.dids.add(did)
+
+    def _unfeed(self, did: str) -> None:
+        self._routes.pop(did, None)
+        for feed in self._feeds.values():
+            feed.source.dids.discard(did)
+
+    async def _route(self, rec: Any) -> str:
+        bridge = self._routes.get(rec.did)
+        if bridge is None:
+            return "ignored"  # not served here (any more): its lease holder's subscription has it
+        result: str = await bridge.process(rec)
+        return result
+
+    def _workers_on(self, host: str) -> list[Any]:
+        return [ctx.worker for b in {id(b): b for b in self._routes.values()}.values()
+                for ctx in b.accounts.values() if ctx.worker.pds.pds_url.rstrip("/") == host]
+
+    def _gap(self, host: str) -> Any:
+        from gelbridge._worker.watch import backfill_logged
+
+        async def on_gap(did: str | None) -> None:
+            await asyncio.gather(*(backfill_logged(w.label, w, "gap") for w in self._workers_on(host)
+                                   if did in (None, w.did)))
+
+        return on_gap
+
+    def _reconnected(self, host: str) -> Any:
+        def on_reconnect() -> None:
+            for w in self._workers_on(host):
+                w.reconnected()
+
+        return on_reconnect
+
+    async def _stop_feeds(self) -> None:
+        from gelbridge._worker.watch import stop_tasks
+
+        feeds, self._feeds = list(self._feeds.values()), {}
+        await stop_tasks([f.task for f in feeds], [f.source for f in feeds])
 
     async def _stop(self, served: _Served, *, grace: float) -> None:
         served.bridge.shutdown_grace = grace
@@ -433,7 +523,7 @@ class Fleet:
         return out
 
     def _sources(self) -> dict[str, Any]:
-        found: dict[str, Any] = {}
+        found: dict[str, Any] = {f"firehose-{host}": f.source for host, f in self._feeds.items()}
         for s in self.served.values():
             for name, src in s.bridge.sources.items():
                 found[f"{s.entry.label}:{name}"] = src

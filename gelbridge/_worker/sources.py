@@ -43,6 +43,7 @@ import itertools
 import logging
 import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from collections.abc import Set as AbstractSet
 from contextlib import aclosing
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
@@ -81,7 +82,10 @@ SourceBuilder = Callable[[Any, Mapping[str, Any], Any, RecordHandler, SourceHook
 class EventSource(Protocol):
     """What every ``[watch]`` source is (see the module docstring)."""
 
-    dids: frozenset[str]
+    @property
+    def dids(self) -> AbstractSet[str]:
+        """The accounts it carries (a fleet's firehose: a set that changes as it runs)."""
+
     connected: asyncio.Event
     reconnects: int
     last_event_at: float | None
@@ -176,16 +180,23 @@ class FirehoseSource:
         backoff_base: float = 0.5,
         backoff_cap: float = 30.0,
         open_timeout: float = 10.0,
+        key: str | None = None,
     ) -> None:
         self.pds_url = pds_url
-        self.dids = frozenset({dids} if isinstance(dids, str) else dids)
-        if not self.dids:
+        # a ``set`` is kept as given: its owner adds and removes DIDs while the source runs
+        # (a fleet worker's accounts on this PDS); the cursor key is then ``key``
+        self.dids: set[str] | frozenset[str] = dids if isinstance(dids, set) else frozenset(
+            {dids} if isinstance(dids, str) else dids)
+        if not self.dids and not isinstance(dids, set):
             raise ValueError("a firehose source needs at least one DID")
+        if isinstance(dids, set) and key is None:
+            raise ValueError("a firehose source over a changing set of DIDs needs its own cursor key")
         self.store = store
         self.handler = handler
         self.on_gap = on_gap
         self.on_reconnect = on_reconnect
-        self.key = firehose_cursor_key(pds_url, self.dids)
+        self.key = key or firehose_cursor_key(pds_url, self.dids)
+        self._fenced_cursor = key is None
         saved = store.get_cursor(self.key)
         self.tracker = CursorTracker(saved if isinstance(saved, int) else None)
         self._slots = asyncio.Semaphore(max_in_flight)
@@ -231,7 +242,7 @@ class FirehoseSource:
             try:
                 # one account's subscription: fenced with it (a fleet worker that lost the
                 # account's lease never moves the cursor its successor resumes from)
-                only = next(iter(self.dids)) if len(self.dids) == 1 else None
+                only = next(iter(self.dids)) if self._fenced_cursor and len(self.dids) == 1 else None
                 self.store.set_cursor(self.key, moved, account=only)
             except GelbridgeError as e:
                 log.error("cannot save the firehose cursor (%s)", type(e).__name__)
@@ -243,7 +254,8 @@ class FirehoseSource:
             try:
                 async with aclosing(
                     subscribe_repos(
-                        self.pds_url, cursor=cursor, did_filter=set(self.dids), markers=True,
+                        self.pds_url, cursor=cursor, markers=True,
+                        did_filter=self.dids if isinstance(self.dids, set) else set(self.dids),
                         open_timeout=self.open_timeout,
                     )
                 ) as stream:
