@@ -243,7 +243,7 @@ class Bridge:
         elif adopted is not None:
             self._store = None  # the worker opens [state] dir itself; shared below
         else:
-            self._store = open_state(self.settings)
+            self._store = await open_state(self.settings)
         listen = self.settings.observability.listen
         if listen and self.metrics is None:
             from gelbridge._observability import Metrics
@@ -281,7 +281,7 @@ class Bridge:
                 await ctx.worker.aclose(0)
             self._by_did.clear()
             if self._store is not None and self._adopted is None and self._given_store is None:
-                self._store.close()
+                await self._store.aclose()
             self._store = None
             raise
         relays: dict[str, Any] = {}  # one relay budget per PDS host: the relay counts the host's events
@@ -330,7 +330,7 @@ class Bridge:
                 log.error("closing account %s failed (%s)", ctx.label, type(res).__name__)
         self._by_did.clear()
         if self._store is not None and self._adopted is None and self._given_store is None:
-            self._store.close()
+            await self._store.aclose()
         self._store = None
 
     async def __aenter__(self) -> Bridge:
@@ -521,7 +521,7 @@ class Bridge:
         try:
             await self._start(background_backfill=False)
             for ctx in self._by_did.values():
-                for line in ctx.worker.startup_lines():
+                for line in await ctx.worker.startup_lines():
                     say(line)
             sources = self.build_sources()
             self._serving = True

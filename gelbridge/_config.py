@@ -67,6 +67,8 @@ class StateConfig(_Section):
     url: str | None = None
     #: seconds: the bound on connecting to Postgres and on any one statement
     timeout: float = Field(5.0, gt=0, le=60)
+    #: Postgres connections a worker process keeps at most (statements in flight at once)
+    connections: int = Field(4, ge=1, le=64)
 
     @field_validator("url")
     @classmethod

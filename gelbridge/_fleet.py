@@ -86,12 +86,12 @@ class Lease:
         if self.left() < self.seconds / 3:
             raise LeaseLost("this worker no longer holds the account's lease; it writes nothing more for it")
 
-    def check_in(self, db: Db) -> None:
+    async def check_in(self, db: Db) -> None:
         self.check()
-        row = db.execute(
+        row = (await db.execute(
             "SELECT 1 FROM leases WHERE account = ? AND owner = ? AND epoch = ? AND expires_at > now() FOR SHARE",
             (self.key, self.owner, self.epoch),
-        ).fetchone()
+        )).first()
         if row is None:
             raise LeaseLost("the account's lease was taken over; this worker writes nothing more for it")
 
@@ -130,44 +130,44 @@ class LeaseBook:
         self.keys = sorted(set(keys))
         self.seconds = seconds
 
-    def register(self) -> None:
+    async def register(self) -> None:
         """One lease row per configured account (rows other configs made are left alone)."""
-        with self._tx() as db:
+        async with self._tx() as db:
             for key in self.keys:
-                db.execute("INSERT INTO leases (account) VALUES (?) ON CONFLICT DO NOTHING", (key,))
+                await db.execute("INSERT INTO leases (account) VALUES (?) ON CONFLICT DO NOTHING", (key,))
 
-    def beat(self, held: Mapping[str, Lease], *, take: bool = True) -> Beat:
+    async def beat(self, held: Mapping[str, Lease], *, take: bool = True) -> Beat:
         """Renew the member row and ``held``; take free leases up to the fair share."""
         sent = time.monotonic()
         valid_until = sent + self.seconds * (1 - CLOCK_DRIFT)
         secs = self.seconds
-        with self._tx() as db:
-            db.execute("INSERT INTO fleet_members (member, expires_at) VALUES (?, now() + make_interval(secs => ?)) "
+        async with self._tx() as db:
+            await db.execute("INSERT INTO fleet_members (member, expires_at) VALUES (?, now() + make_interval(secs => ?)) "
                        "ON CONFLICT (member) DO UPDATE SET expires_at = excluded.expires_at", (self.member, secs))
-            db.execute("DELETE FROM fleet_members WHERE expires_at <= now()")
-            members = int(db.execute("SELECT count(*) FROM fleet_members").fetchone()[0])
+            await db.execute("DELETE FROM fleet_members WHERE expires_at <= now()")
+            members = int((await db.execute("SELECT count(*) FROM fleet_members")).rows[0][0])
             renewed = {
-                row[0]: int(row[1]) for row in db.execute(
+                row[0]: int(row[1]) for row in (await db.execute(
                     "UPDATE leases SET expires_at = now() + make_interval(secs => ?) "
                     "WHERE owner = ? AND account = ANY(?) AND expires_at > now() RETURNING account, epoch",
-                    (secs, self.member, [k for k in held if not held[k].revoked])).fetchall()
+                    (secs, self.member, [k for k in held if not held[k].revoked]))).rows
             }
             share = math.ceil(len(self.keys) / max(members, 1))
             taken: dict[str, int] = {}
             if take and len(renewed) < share:
                 taken = {
-                    row[0]: int(row[1]) for row in db.execute(
+                    row[0]: int(row[1]) for row in (await db.execute(
                         "UPDATE leases SET owner = ?, epoch = epoch + 1, expires_at = now() + make_interval(secs => ?) "
                         "WHERE account IN (SELECT account FROM leases WHERE account = ANY(?) "
                         "AND (owner IS NULL OR expires_at <= now()) ORDER BY account LIMIT ? "
                         "FOR UPDATE SKIP LOCKED) RETURNING account, epoch",
-                        (self.member, secs, self.keys, share - len(renewed))).fetchall()
+                        (self.member, secs, self.keys, share - len(renewed)))).rows
                 }
-            nxt = db.execute(
+            nxt = (await db.execute(
                 "SELECT EXTRACT(EPOCH FROM (LEAST("
                 "(SELECT min(expires_at) FROM leases WHERE account = ANY(?) AND owner IS NOT NULL AND owner <> ?), "
                 "(SELECT min(expires_at) FROM fleet_members WHERE member <> ?)) - now()))",
-                (self.keys, self.member, self.member)).fetchone()[0]
+                (self.keys, self.member, self.member))).rows[0][0]
         now_held: dict[str, Lease] = {}
         for key, epoch in renewed.items():
             lease = held[key]
@@ -179,36 +179,36 @@ class LeaseBook:
         lost = [k for k in held if k not in now_held]
         return Beat(now_held, list(taken), lost, members, share, None if nxt is None else float(nxt))
 
-    def release(self, leases: list[Lease]) -> None:
+    async def release(self, leases: list[Lease]) -> None:
         """Give leases back (free for the next beat of any member)."""
         if not leases:
             return
-        with self._tx() as db:
+        async with self._tx() as db:
             for lease in leases:
-                db.execute("UPDATE leases SET owner = NULL, expires_at = now() WHERE account = ? AND owner = ? "
+                await db.execute("UPDATE leases SET owner = NULL, expires_at = now() WHERE account = ? AND owner = ? "
                            "AND epoch = ?", (lease.key, self.member, lease.epoch))
 
-    def leave(self) -> None:
+    async def leave(self) -> None:
         """Leave the fleet: the member row, and the cursors only this member used."""
-        with self._tx() as db:
-            db.execute("DELETE FROM fleet_members WHERE member = ?", (self.member,))
-            db.execute("DELETE FROM cursors WHERE source LIKE ?", (f"firehose:%:fleet:{self.member}",))
+        async with self._tx() as db:
+            await db.execute("DELETE FROM fleet_members WHERE member = ?", (self.member,))
+            await db.execute("DELETE FROM cursors WHERE source LIKE ?", (f"firehose:%:fleet:{self.member}",))
 
     def _tx(self) -> Any:
         return self.store.transaction()  # type: ignore[attr-defined]
 
 
-def fleet_view(store: StateStore, keys: list[str]) -> dict[str, Any] | None:
+async def fleet_view(store: StateStore, keys: list[str]) -> dict[str, Any] | None:
     """The live workers and who holds each of ``keys`` (``gelbridge status``); None when
     the store is not a fleet's (SQLite, or no worker has run on it yet)."""
     if store.backend != "postgres":
         return None
     try:
-        with store.transaction() as db:  # type: ignore[attr-defined]
-            members = db.execute("SELECT member, EXTRACT(EPOCH FROM expires_at - now()) FROM fleet_members "
-                                 "WHERE expires_at > now() ORDER BY member").fetchall()
-            leases = db.execute("SELECT account, owner, epoch, EXTRACT(EPOCH FROM expires_at - now()) FROM leases "
-                                "WHERE account = ANY(?)", (keys,)).fetchall()
+        async with store.transaction() as db:  # type: ignore[attr-defined]
+            members = (await db.execute("SELECT member, EXTRACT(EPOCH FROM expires_at - now()) FROM fleet_members "
+                                        "WHERE expires_at > now() ORDER BY member")).rows
+            leases = (await db.execute("SELECT account, owner, epoch, EXTRACT(EPOCH FROM expires_at - now()) "
+                                       "FROM leases WHERE account = ANY(?)", (keys,))).rows
     except StateError:
         return None
     held = {}
@@ -288,7 +288,7 @@ class Fleet:
                 print(line, file=out, flush=True)
 
         if self.store is None:
-            self.store = open_state(self.settings)
+            self.store = await open_state(self.settings)
         book = LeaseBook(self.store, self.member, list(self._entries), self.seconds)
         listen = self.settings.observability.listen
         obs_task: asyncio.Task[None] | None = None
@@ -299,7 +299,7 @@ class Fleet:
             self.watched = Watched(self.metrics, self._workers, self._sources)
             obs_task = asyncio.create_task(self.watched.serve(listen), name="observability")
         try:
-            book.register()
+            await book.register()
             say(f"fleet: member {self.member}, {len(self._entries)} account(s) shared through "
                 f"{self.store.location}, leases of {self.seconds:g} s")
             said_ready = False
@@ -307,7 +307,7 @@ class Fleet:
             while not stop.is_set():
                 wait = self.interval
                 try:
-                    beat = book.beat({k: s.lease for k, s in self.served.items()})
+                    beat = await book.beat({k: s.lease for k, s in self.served.items()})
                 except (StateError, LeaseLost) as e:
                     failing += 1
                     if failing == 1 or failing % 60 == 0:  # once, then about once a minute
@@ -334,14 +334,14 @@ class Fleet:
             await self._hand_over(list(self.served), book)
             await self._stop_feeds()
             try:
-                book.leave()
+                await book.leave()
             except GelbridgeError as e:
                 log.warning("fleet: leaving failed (%s); the member row expires by itself", e)
             if obs_task is not None:
                 obs_task.cancel()
                 await asyncio.gather(obs_task, return_exceptions=True)
             if self._given_store is None and self.store is not None:
-                self.store.close()
+                await self.store.aclose()
                 self.store = None
 
     # --- what a beat changes -----------------------------------------------------------------
@@ -411,7 +411,7 @@ class Fleet:
                     del self.served[key]
                     try:
                         if self.store is not None:
-                            LeaseBook(self.store, self.member, [], self.seconds).release([served.lease])
+                            await LeaseBook(self.store, self.member, [], self.seconds).release([served.lease])
                     except GelbridgeError:
                         pass
 
@@ -507,7 +507,7 @@ class Fleet:
         for s in leaving:
             s.lease.revoke()
         try:
-            book.release([s.lease for s in leaving])
+            await book.release([s.lease for s in leaving])
         except GelbridgeError as e:
             log.warning("fleet: releasing %d lease(s) failed (%s); they expire by themselves", len(leaving), e)
         for s in leaving:

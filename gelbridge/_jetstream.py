@@ -127,9 +127,9 @@ class JetstreamSource:
         self.open_timeout = open_timeout
         self.cursor_save_interval = cursor_save_interval
         self.key = jetstream_cursor_key(url)
-        saved = store.get_cursor(self.key)
-        self.cursor: int | None = saved if isinstance(saved, int) else None
-        self._saved_cursor = self.cursor
+        self.cursor: int | None = None  # the saved one, read when run() starts
+        self._loaded = False
+        self._saved_cursor: int | None = self.cursor
         self._saved_at = 0.0
         self.connected = asyncio.Event()
         self.connects = 0
@@ -155,14 +155,22 @@ class JetstreamSource:
             cursor=rewound(self.cursor, self.rewind_seconds),
         )
 
-    def _save_cursor(self, force: bool) -> None:
+    async def load_cursor(self) -> None:
+        """Start from the saved cursor (once; ``run`` calls it)."""
+        if not self._loaded:
+            saved = await self.store.get_cursor(self.key)
+            self.cursor = saved if isinstance(saved, int) else None
+            self._saved_cursor = self.cursor
+            self._loaded = True
+
+    async def _save_cursor(self, force: bool) -> None:
         if self.cursor is None or self.cursor == self._saved_cursor:
             return
         now = time.monotonic()
         if not force and now - self._saved_at < self.cursor_save_interval:
             return
         try:
-            self.store.set_cursor(self.key, self.cursor)
+            await self.store.set_cursor(self.key, self.cursor)
         except GelbridgeError as e:
             log.error("cannot save the Jetstream cursor (%s)", type(e).__name__)
             return
@@ -184,7 +192,7 @@ class JetstreamSource:
             return 0
         n = 0
         for rec in records:
-            if rec.cid is not None and self.store.was_seen(rec.did, rec.rkey, rec.cid):
+            if rec.cid is not None and await self.store.was_seen(rec.did, rec.rkey, rec.cid):
                 self.duplicates += 1
             else:
                 outcome, err = await hand_over(self.handler, rec)  # returns when the effects are durable
@@ -194,17 +202,17 @@ class JetstreamSource:
                     self.skipped += 1  # never retried: it would hold the cursor for good
                 else:
                     if rec.cid is not None:
-                        self.store.mark_seen(rec.did, rec.rkey, rec.cid)
+                        await self.store.mark_seen(rec.did, rec.rkey, rec.cid)
                     n += 1
                     self.handled += 1
             if rec.source_cursor is not None and (self.cursor is None or rec.source_cursor > self.cursor):
                 self.cursor = rec.source_cursor
-            self._save_cursor(force=True)
+            await self._save_cursor(force=True)
         if not records:
             cur = _peek_time_us(message)
             if cur is not None and (self.cursor is None or cur > self.cursor):
                 self.cursor = cur  # nothing of ours before it is still open: safe to move on
-                self._save_cursor(force=False)
+                await self._save_cursor(force=False)
         return n
 
     async def run(self) -> None:
@@ -218,8 +226,9 @@ class JetstreamSource:
         failures = 0  # consecutive connection failures
         stuck = 0  # consecutive handler failures: the record the cursor waits on
         while True:
-            url = self.current_url()
             try:
+                await self.load_cursor()
+                url = self.current_url()
                 async with websockets.connect(
                     url, open_timeout=self.open_timeout, max_size=MAX_MESSAGE_BYTES,
                     ping_interval=20, ping_timeout=20,
@@ -250,7 +259,7 @@ class JetstreamSource:
                             "after reconnecting from the cursor", type(e).__name__)
             finally:
                 self.connected.clear()
-                self._save_cursor(force=True)
+                await self._save_cursor(force=True)
             delay = backoff_delay(max(failures, stuck, 1), base=self.backoff_base, cap=self.backoff_cap)
             log.info("Jetstream: reconnecting in %.1f s", delay)
             await asyncio.sleep(delay)

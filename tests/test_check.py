@@ -17,30 +17,30 @@ def test_an_adapter_script_that_does_not_load_is_named_with_its_file(tmp_path: P
     assert f"{tmp_path / 'broken.lua'}: does not load:" in line
 
 
-def test_a_state_url_is_probed_at_start_without_changing_the_database(postgres_url: str) -> None:
+async def test_a_state_url_is_probed_at_start_without_changing_the_database(postgres_url: str) -> None:
     import psycopg
 
     from gelbridge._dev.pds import free_port
     from gelbridge._state._postgres import SCHEMA_VERSION, PostgresStore
 
-    def check(**state: object) -> tuple[list[str], list[str]]:
+    async def check(**state: object) -> tuple[list[str], list[str]]:
         settings = Settings.model_validate({"state": state, "watch": {"source": "poll"}})
-        rep = asyncio.run(check_settings(settings, environ={}, login=False))
+        rep = await check_settings(settings, environ={}, login=False)
         return [p for p in rep.problems if p.startswith("[state]")], [ln for ln in rep.lines if ln.startswith("state")]
 
-    problems, lines = check(url=postgres_url)
+    problems, lines = await check(url=postgres_url)
     assert problems == [] and "empty: the first worker creates the tables" in lines[0]
     with psycopg.connect(postgres_url) as conn:  # the check created nothing
         assert conn.execute("SELECT to_regclass('gelbridge_schema')").fetchone() == (None,)
-    PostgresStore(postgres_url).close()
-    assert f"schema v{SCHEMA_VERSION}" in check(url=postgres_url)[1][0]
+    await (await PostgresStore(postgres_url).open()).aclose()
+    assert f"schema v{SCHEMA_VERSION}" in (await check(url=postgres_url))[1][0]
     with psycopg.connect(postgres_url, autocommit=True) as conn:
         conn.execute("UPDATE gelbridge_schema SET version = %s", (SCHEMA_VERSION + 1,))
-    [newer] = check(url=postgres_url)[0]
+    [newer] = (await check(url=postgres_url))[0]
     assert "upgrade gelbridge" in newer
-    [down] = check(url=f"postgresql://gelbridge:pw-7@127.0.0.1:{free_port()}/x", timeout=1)[0]
+    [down] = (await check(url=f"postgresql://gelbridge:pw-7@127.0.0.1:{free_port()}/x", timeout=1))[0]
     assert "unreachable" in down and "pw-7" not in down
     settings = Settings.model_validate({"state": {"url": postgres_url},
                                         "watch": {"source": "jetstream", "url": "wss://js.example"}})
-    rep = asyncio.run(check_settings(settings, environ={}, login=False))
+    rep = await check_settings(settings, environ={}, login=False)
     assert any("Jetstream with [state] url is not supported yet" in p for p in rep.problems)

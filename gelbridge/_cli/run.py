@@ -180,9 +180,12 @@ def status_command(
     if not settings.state.url and not db.exists():
         print(f"no state yet at {db}: 'gelbridge run' has not run with this configuration")
         raise typer.Exit(1)
+    async def report() -> dict[str, Any]:
+        async with await open_state(settings) as store:
+            return await status_report(settings, store)
+
     try:
-        with open_state(settings) as store:
-            rep = status_report(settings, store)
+        rep = asyncio.run(report())
     except StateError as problem:
         print(f"error: {problem}", file=sys.stderr)
         raise typer.Exit(1) from None

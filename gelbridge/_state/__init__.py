@@ -23,9 +23,9 @@ entry, reply write) are committed, so a crash replays at most a few events, and 
 claim/journal tables make replays harmless. Each backend says how it commits
 (``_sqlite``: WAL + fsync; ``_postgres``: the server's commit).
 
-Asyncio: every method is one short synchronous transaction guarded by a lock (a SQLite
-commit or a loopback Postgres round trip: well under a millisecond); call methods
-directly from the event loop, or wrap one in ``asyncio.to_thread`` - both are safe.
+Asyncio: every method is a coroutine, one short transaction under the store's lock (a
+SQLite commit, or Postgres round trips awaited without blocking the loop); use a store
+on the event loop that opened it.
 """
 
 from __future__ import annotations
@@ -60,11 +60,12 @@ def state_location(settings: Any) -> str:
     return url if url else str(settings.state_dir)
 
 
-def open_state(settings: Any) -> StateStore:
+async def open_state(settings: Any) -> StateStore:
     """Open the state store of a ``gelbridge._config.Settings``: Postgres when
     ``[state] url`` is set, else ``<[state] dir>/gelbridge.db``."""
     if settings.state.url:
         from gelbridge._state._postgres import PostgresStore
 
-        return PostgresStore(settings.state.url, timeout=settings.state.timeout)
+        return await PostgresStore(settings.state.url, timeout=settings.state.timeout,
+                                   connections=settings.state.connections).open()
     return SqliteStore.open_dir(settings.state_dir)

@@ -5,13 +5,15 @@ number of ``gelbridge run`` processes on any number of machines share one set of
 claims, one tool journal, one cursor per source and one session per account; the
 fleet's leases live here too (``gelbridge._fleet``).
 
-Connection: one psycopg 3 connection per store, in autocommit mode, each write in an
-explicit transaction; statements that repeat are prepared server-side after a few uses.
-Every call is bounded: ``connect_timeout`` and ``statement_timeout`` (seconds, from the
-store's ``timeout``), and TCP keepalives, so an unreachable server costs at most a few
-seconds and raises :class:`~gelbridge._errors.StateError`; the next call reconnects.
-Like the SQLite backend, calls are short and synchronous (a loopback round trip is
-~0.1 ms): call them from the event loop.
+Connections: up to ``connections`` psycopg 3 ``AsyncConnection`` objects per store (``[state]
+connections``, 4), opened as needed, in autocommit mode, each write in an explicit
+transaction on one of them; statements that repeat are prepared server-side after a few
+uses. Waiting for the database never blocks
+the event loop: other turns stream on while a statement is out. Every call is bounded:
+``connect_timeout`` and ``statement_timeout`` (seconds, from the store's ``timeout``),
+TCP keepalives, and an asyncio deadline around the whole call, so an unreachable server
+costs at most that and raises :class:`~gelbridge._errors.StateError`; the next call
+reconnects. Open a store with ``await PostgresStore(url).open()``.
 
 Credentials: the sessions table holds PDS tokens, so the database is the operator's to
 protect (its role should be the fleet's alone); ``location`` never shows a password.
@@ -21,13 +23,14 @@ so workers starting together migrate once.
 
 from __future__ import annotations
 
+import asyncio
 import functools
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import AsyncIterator, Callable, Sequence
+from contextlib import asynccontextmanager
 from typing import Any
 
 from gelbridge._errors import StateError
-from gelbridge._state._store import Cursor, Db, StateStore, lines
+from gelbridge._state._store import Db, Result, StateStore, lines
 
 #: the migrations of the Postgres schema; v1 is the SQLite file's v5 (the same tables)
 _MIGRATIONS: list[str] = [
@@ -151,10 +154,20 @@ class _PgDb:
         self.conn = conn
         self.store = store
 
-    def execute(self, sql: str, args: Sequence[Any] = (), /) -> Cursor:
+    async def execute(self, sql: str, args: Sequence[Any] = (), /) -> Result:
         self.store.round_trips += 1
-        cur: Cursor = self.conn.execute(_pg(sql), args)
-        return cur
+        cur = await self.conn.execute(_pg(sql), args)
+        rows = await cur.fetchall() if cur.description is not None else []
+        return Result(rows, cur.rowcount)
+
+
+async def _abandon(conn: Any) -> None:
+    """A connection that did not answer in time: closed, never reused (a statement may be
+    in flight on it)."""
+    try:
+        await conn.close()
+    except Exception:  # noqa: BLE001 - it is being thrown away
+        pass
 
 
 def redacted(url: str) -> str:
@@ -184,35 +197,70 @@ class PostgresStore(StateStore):
     backend = "postgres"
     _for_update = " FOR UPDATE"
 
-    def __init__(self, url: str, *, timeout: float = 5.0, clock: Callable[[], float] | None = None) -> None:
+    def __init__(self, url: str, *, timeout: float = 5.0, connections: int = 4,
+                 clock: Callable[[], float] | None = None) -> None:
         super().__init__(**({"clock": clock} if clock is not None else {}))
         self._psycopg = _import_psycopg()
         self.url = url
         self.location = redacted(url)
         self.timeout = timeout
-        self._conn: Any = None
+        # the idle connections (None: a slot not connected yet, or whose connection broke)
+        self._slots: asyncio.Queue[Any] = asyncio.Queue()
+        for _ in range(max(1, connections)):
+            self._slots.put_nowait(None)
+        self._open: set[Any] = set()
         #: statements sent, BEGIN and COMMIT included (what docs/scale.md counts per turn)
         self.round_trips = 0
-        with self._lock:
-            self._connect()
-            self._migrate()
 
-    # --- connection ----------------------------------------------------------------------
+    async def open(self) -> PostgresStore:
+        """Connect and migrate (once per fleet, under an advisory lock); returns the store."""
+        await self._migrate()
+        return self
 
-    def _connect(self) -> Any:
-        if self._conn is not None and not self._conn.closed and not self._conn.broken:
-            return self._conn
+    # --- connections ---------------------------------------------------------------------
+
+    @asynccontextmanager
+    async def _connection(self) -> AsyncIterator[Any]:
+        """An idle connection (connecting a free slot); back to the idle ones after use,
+        unless it broke or did not answer in time."""
+        conn = await self._slots.get()
+        keep = True
+        try:
+            if conn is None or conn.closed or conn.broken:
+                conn = None
+                conn = await self._connect()
+            yield conn
+        except BaseException as e:  # a cancelled statement may leave the connection mid-query
+            keep = (not isinstance(e, asyncio.CancelledError) and conn is not None and not conn.closed
+                    and not conn.broken)
+            raise
+        finally:
+            if conn is not None and not keep:
+                self._open.discard(conn)
+                try:
+                    await conn.close()
+                except Exception:  # noqa: BLE001 - it is being thrown away
+                    pass
+                conn = None
+            self._slots.put_nowait(conn)
+
+    async def _connect(self) -> Any:
         ms = int(self.timeout * 1000)
         try:
-            self._conn = self._psycopg.connect(
-                self.url, autocommit=True, connect_timeout=max(1, int(self.timeout)),
-                application_name="gelbridge", keepalives=1, keepalives_idle=5, keepalives_interval=2,
-                keepalives_count=2, tcp_user_timeout=ms,
-                options=f"-c statement_timeout={ms} -c idle_in_transaction_session_timeout={ms * 6}",
-            )
+            async with asyncio.timeout(self.timeout + 1):
+                conn = await self._psycopg.AsyncConnection.connect(
+                    self.url, autocommit=True, connect_timeout=max(1, int(self.timeout)),
+                    application_name="gelbridge", keepalives=1, keepalives_idle=5, keepalives_interval=2,
+                    keepalives_count=2, tcp_user_timeout=ms,
+                    options=f"-c statement_timeout={ms} -c idle_in_transaction_session_timeout={ms * 6}",
+                )
+        except TimeoutError:
+            raise StateError(f"state database {self.location} unreachable (no answer within {self.timeout:g} s); "
+                             "check [state] url and that PostgreSQL is up") from None
         except self._psycopg.Error as e:
             raise self._error(e) from None
-        return self._conn
+        self._open.add(conn)
+        return conn
 
     def _error(self, e: BaseException) -> StateError:
         """One clear line; never a statement's parameters (the server's DETAIL may hold them)."""
@@ -226,55 +274,63 @@ class PostgresStore(StateStore):
         code = getattr(e, "sqlstate", None) or "no sqlstate"
         return StateError(f"state database {self.location} refused a statement ({type(e).__name__}, {code})")
 
-    def close(self) -> None:
-        with self._lock:
-            if self._conn is not None:
-                self._conn.close()
-                self._conn = None
+    async def aclose(self) -> None:
+        conns, self._open = list(self._open), set()
+        for conn in conns:
+            try:
+                await conn.close()
+            except self._psycopg.Error:
+                pass
 
-    def __enter__(self) -> PostgresStore:
+    async def __aenter__(self) -> PostgresStore:
+        if not self._open:
+            await self.open()
         return self
 
-    @contextmanager
-    def _tx(self) -> Iterator[Db]:
-        with self._lock:
-            conn = self._connect()
+    def _too_slow(self) -> StateError:
+        return StateError(f"state database {self.location}: no answer within {self.timeout * 2:g} s "
+                          "([state] timeout); check that PostgreSQL is up and reachable")
+
+    @asynccontextmanager
+    async def _tx(self) -> AsyncIterator[Db]:
+        async with self._connection() as conn:
             self.round_trips += 2  # BEGIN, COMMIT
             try:
-                with conn.transaction():
+                async with asyncio.timeout(self.timeout * 2), conn.transaction():
                     yield _PgDb(conn, self)
             except self._psycopg.Error as e:
-                if conn.broken:
-                    self._conn = None
                 raise self._error(e) from None
+            except TimeoutError:
+                await _abandon(conn)
+                raise self._too_slow() from None
 
-    def _read(self, sql: str, args: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
-        with self._lock:
-            conn = self._connect()
+    async def _read(self, sql: str, args: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+        async with self._connection() as conn:
             self.round_trips += 1
             try:
-                rows: list[tuple[Any, ...]] = conn.execute(_pg(sql), args).fetchall()
+                async with asyncio.timeout(self.timeout * 2):
+                    cur = await conn.execute(_pg(sql), args)
+                    rows: list[tuple[Any, ...]] = await cur.fetchall()
             except self._psycopg.Error as e:
-                if conn.broken:
-                    self._conn = None
                 raise self._error(e) from None
+            except TimeoutError:
+                await _abandon(conn)
+                raise self._too_slow() from None
             return rows
 
-    @contextmanager
-    def transaction(self) -> Iterator[Db]:
+    def transaction(self) -> Any:
         """A write transaction for the fleet's own statements (leases), with the store's
-        placeholders, bounds and errors."""
-        with self._tx() as db:
-            yield db
+        placeholders, bounds and errors: ``async with store.transaction() as db``."""
+        return self._tx()
 
-    def _migrate(self) -> None:
-        with self._tx() as db:
-            db.execute("SELECT pg_advisory_xact_lock(?)", (_MIGRATION_LOCK,))
-            db.execute("CREATE TABLE IF NOT EXISTS gelbridge_schema (version INTEGER NOT NULL)")
-            row = db.execute("SELECT version FROM gelbridge_schema").fetchone()
+    async def _migrate(self) -> None:
+        async with self._tx() as db:
+            await db.execute("SELECT pg_advisory_xact_lock(?)", (_MIGRATION_LOCK,))
+            await db.execute("CREATE TABLE IF NOT EXISTS gelbridge_schema (version INTEGER NOT NULL)")
+            row = (await db.execute("SELECT version FROM gelbridge_schema")).first()
             version = int(row[0]) if row else 0
             if row is None:
-                db.execute("INSERT INTO gelbridge_schema (version) VALUES (0)")
+                await db.execute("INSERT INTO gelbridge_schema (version) VALUES (0)")
             if version > SCHEMA_VERSION:
                 raise StateError(
                     f"state database {self.location} has schema v{version}, this gelbridge knows "
@@ -282,12 +338,11 @@ class PostgresStore(StateStore):
                 )
             for i in range(version, SCHEMA_VERSION):
                 for statement in lines(_MIGRATIONS[i]):
-                    db.execute(statement)
-                db.execute("UPDATE gelbridge_schema SET version = ?", (i + 1,))
+                    await db.execute(statement)
+                await db.execute("UPDATE gelbridge_schema SET version = ?", (i + 1,))
 
-    @property
-    def schema_version(self) -> int:
-        return int(self._read("SELECT version FROM gelbridge_schema")[0][0])
+    async def schema_version(self) -> int:
+        return int((await self._read("SELECT version FROM gelbridge_schema"))[0][0])
 
 
 def probe(url: str, timeout: float = 5.0) -> int:

@@ -11,10 +11,9 @@ The PDS session holds access/refresh tokens (credentials): the database file, it
 directory are created owner-only (0600 / 0700), and opening an existing file that is
 readable by others tightens it to 0600.
 
-Asyncio: every method is one short synchronous transaction (well under a millisecond
-without fsync, a few milliseconds with it) guarded by a lock, and the connection is
-opened with ``check_same_thread=False``. Call methods directly from the event loop; if
-the disk is slow, wrap a call in ``asyncio.to_thread`` - both are safe.
+Asyncio: the methods are coroutines (the store's interface, shared with Postgres), each
+one short transaction under the store's lock; SQLite itself is called directly (a
+commit is well under a millisecond without fsync, a few with it).
 """
 
 from __future__ import annotations
@@ -22,14 +21,14 @@ from __future__ import annotations
 import os
 import sqlite3
 import stat
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import AsyncIterator, Callable, Sequence
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
 from gelbridge._errors import StateError
 from gelbridge._state._rows import call_key
-from gelbridge._state._store import Db, StateStore, lines
+from gelbridge._state._store import Db, Result, StateStore, lines
 
 DB_FILENAME = "gelbridge.db"
 
@@ -206,6 +205,17 @@ def _secure_file(path: Path) -> None:
         os.chmod(path, 0o600)
 
 
+class _SqliteDb:
+    __slots__ = ("conn",)
+
+    def __init__(self, conn: sqlite3.Connection) -> None:
+        self.conn = conn
+
+    async def execute(self, sql: str, args: Sequence[Any] = (), /) -> Result:
+        cur = self.conn.execute(sql, args)
+        return Result(cur.fetchall(), cur.rowcount)
+
+
 class SqliteStore(StateStore):
     """The state in one SQLite file (the embedded default)."""
 
@@ -249,33 +259,44 @@ class SqliteStore(StateStore):
         d.mkdir(parents=True, exist_ok=True, mode=0o700)
         return cls(d / DB_FILENAME, **kw)
 
-    def close(self) -> None:
-        with self._lock:
+    async def aclose(self) -> None:
+        async with self._lock:
             self._db.close()
+
+    def close(self) -> None:
+        """Close from synchronous code (no transaction may be running)."""
+        self._db.close()
 
     def __enter__(self) -> SqliteStore:
         return self
 
-    @contextmanager
-    def _tx(self) -> Iterator[Db]:
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    async def __aenter__(self) -> SqliteStore:
+        return self
+
+    @asynccontextmanager
+    async def _tx(self) -> AsyncIterator[Db]:
         """One write transaction; BEGIN IMMEDIATE takes the write lock up front."""
-        with self._lock:
+        async with self._lock:
             self._db.execute("BEGIN IMMEDIATE")
             try:
-                yield self._db
+                yield _SqliteDb(self._db)
             except BaseException:
                 self._db.execute("ROLLBACK")
                 raise
             else:
                 self._db.execute("COMMIT")
 
-    def _read(self, sql: str, args: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
-        with self._lock:
+    async def _read(self, sql: str, args: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+        async with self._lock:
             return self._db.execute(sql, args).fetchall()
 
     def _migrate(self) -> None:
-        with self._tx():
-            db = self._db
+        db = self._db
+        db.execute("BEGIN IMMEDIATE")
+        try:
             version = db.execute("PRAGMA user_version").fetchone()[0]
             if version > SCHEMA_VERSION:
                 raise StateError(
@@ -290,7 +311,10 @@ class SqliteStore(StateStore):
                     for statement in lines(step):
                         db.execute(statement)
                 db.execute(f"PRAGMA user_version = {i + 1}")
+        except BaseException:
+            db.execute("ROLLBACK")
+            raise
+        db.execute("COMMIT")
 
-    @property
-    def schema_version(self) -> int:
-        return int(self._read("PRAGMA user_version")[0][0])
+    async def schema_version(self) -> int:
+        return int((await self._read("PRAGMA user_version"))[0][0])

@@ -12,11 +12,12 @@ worker gets from its SQLite file: one claim per reply key, one run per tool call
 
 from __future__ import annotations
 
+import asyncio
 import json
-import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from contextlib import AbstractContextManager
+from contextlib import AbstractAsyncContextManager
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 from gelbridge._errors import StateError, ToolJournalConflict
@@ -40,21 +41,21 @@ _SEEN_PRUNE_EVERY = 64  # new seen events between two checks of the set's size
 _IDENT_MAX = 64  # error kinds and similar labels: short identifiers, never free text
 
 
-class Cursor(Protocol):
-    """What a backend's ``execute`` returns (sqlite3's and psycopg's cursors both are)."""
+@dataclass(frozen=True)
+class Result:
+    """What one statement gave: the rows it returned and the rows it changed."""
 
-    @property
-    def rowcount(self) -> int: ...
+    rows: list[tuple[Any, ...]]
+    rowcount: int
 
-    def fetchone(self) -> Any: ...
-
-    def fetchall(self) -> list[Any]: ...
+    def first(self) -> tuple[Any, ...] | None:
+        return self.rows[0] if self.rows else None
 
 
 class Db(Protocol):
     """A backend connection inside one transaction."""
 
-    def execute(self, sql: str, args: Sequence[Any] = (), /) -> Cursor: ...
+    async def execute(self, sql: str, args: Sequence[Any] = (), /) -> Result: ...
 
 
 class Fence(Protocol):
@@ -63,7 +64,7 @@ class Fence(Protocol):
     def check(self) -> None:
         """Raise :class:`~gelbridge._errors.LeaseLost` unless this worker may write now."""
 
-    def check_in(self, db: Db) -> None:
+    async def check_in(self, db: Db) -> None:
         """The same, inside a state write transaction (and holding it against a takeover
         until the transaction ends)."""
 
@@ -93,31 +94,30 @@ class StateStore:
 
     def __init__(self, *, clock: Callable[[], float] = time.time) -> None:
         self._clock = clock
-        self._lock = threading.RLock()
+        self._lock = asyncio.Lock()  # one transaction at a time on the store's connection
         self._seen_inserts = 0
         self._fences: dict[str, Fence] = {}
 
     # --- what a backend provides ----------------------------------------------------------
 
-    def _tx(self) -> AbstractContextManager[Db]:
+    def _tx(self) -> AbstractAsyncContextManager[Db]:
         """One write transaction (committed on exit, rolled back on an exception)."""
         raise NotImplementedError
 
-    def _read(self, sql: str, args: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+    async def _read(self, sql: str, args: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
         raise NotImplementedError
 
-    @property
-    def schema_version(self) -> int:
+    async def schema_version(self) -> int:
         raise NotImplementedError
 
-    def close(self) -> None:
+    async def aclose(self) -> None:
         raise NotImplementedError
 
-    def __enter__(self) -> StateStore:
+    async def __aenter__(self) -> StateStore:
         return self
 
-    def __exit__(self, *exc: object) -> None:
-        self.close()
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
 
     # --- fencing -----------------------------------------------------------------------
 
@@ -132,29 +132,29 @@ class StateStore:
             if self._fences.get(account) is fence:
                 del self._fences[account]
 
-    def _fenced(self, db: Db, account: str | None) -> None:
+    async def _fenced(self, db: Db, account: str | None) -> None:
         fence = self._fences.get(account) if account is not None else None
         if fence is not None:
-            fence.check_in(db)
+            await fence.check_in(db)
 
     # --- cursors -----------------------------------------------------------------------
 
-    def get_cursor(self, source_key: str) -> int | str | None:
-        rows = self._read("SELECT kind, value FROM cursors WHERE source = ?", (source_key,))
+    async def get_cursor(self, source_key: str) -> int | str | None:
+        rows = await self._read("SELECT kind, value FROM cursors WHERE source = ?", (source_key,))
         if not rows:
             return None
         kind, value = rows[0]
         return int(value) if kind == "int" else str(value)
 
-    def set_cursor(self, source_key: str, value: int | str, *, account: str | None = None) -> None:
+    async def set_cursor(self, source_key: str, value: int | str, *, account: str | None = None) -> None:
         """Save a cursor. Call only after the event's effects are committed. ``account``:
         the one account the source carries (the cursor is fenced with it)."""
         if isinstance(value, bool) or not isinstance(value, (int, str)):
             raise TypeError("cursor must be an int or a str")
         kind = "int" if isinstance(value, int) else "str"
-        with self._tx() as db:
-            self._fenced(db, account)
-            db.execute(
+        async with self._tx() as db:
+            await self._fenced(db, account)
+            await db.execute(
                 "INSERT INTO cursors (source, kind, value, updated_at) VALUES (?, ?, ?, ?) "
                 "ON CONFLICT (source) DO UPDATE SET kind = excluded.kind, value = excluded.value, "
                 "updated_at = excluded.updated_at",
@@ -163,26 +163,26 @@ class StateStore:
 
     # --- sessions ----------------------------------------------------------------------
 
-    def load_session(self, account: str) -> dict[str, Any] | None:
+    async def load_session(self, account: str) -> dict[str, Any] | None:
         """The saved PDS session (JSON object) for a DID or login identifier."""
-        rows = self._read("SELECT data FROM sessions WHERE account = ?", (account,))
+        rows = await self._read("SELECT data FROM sessions WHERE account = ?", (account,))
         return json.loads(rows[0][0]) if rows else None
 
-    def save_session(self, account: str, session: dict[str, Any]) -> None:
+    async def save_session(self, account: str, session: dict[str, Any]) -> None:
         """Store a session (tokens are credentials: see the backend for who can read them)."""
         data = json.dumps(session, separators=(",", ":"), sort_keys=True)
-        with self._tx() as db:
-            self._fenced(db, account)
-            db.execute(
+        async with self._tx() as db:
+            await self._fenced(db, account)
+            await db.execute(
                 "INSERT INTO sessions (account, data, updated_at) VALUES (?, ?, ?) "
                 "ON CONFLICT (account) DO UPDATE SET data = excluded.data, updated_at = excluded.updated_at",
                 (account, data, self._clock()),
             )
 
-    def delete_session(self, account: str) -> None:
-        with self._tx() as db:
-            self._fenced(db, account)
-            db.execute("DELETE FROM sessions WHERE account = ?", (account,))
+    async def delete_session(self, account: str) -> None:
+        async with self._tx() as db:
+            await self._fenced(db, account)
+            await db.execute("DELETE FROM sessions WHERE account = ?", (account,))
 
     # --- claims ------------------------------------------------------------------------
 
@@ -200,12 +200,13 @@ class StateStore:
                      created, updated,
                      frozenset(json.loads(calls)) if calls else frozenset(), waiting_at)
 
-    def _claim_row(self, db: Db, account: str, reply_rkey: str) -> Claim:
-        row = db.execute(f"SELECT {self._CLAIM_COLS} FROM claims WHERE {self._CLAIM_WHERE}",
-                         (account, reply_rkey)).fetchone()
+    async def _claim_row(self, db: Db, account: str, reply_rkey: str) -> Claim:
+        row = (await db.execute(f"SELECT {self._CLAIM_COLS} FROM claims WHERE {self._CLAIM_WHERE}",
+                                (account, reply_rkey))).first()
+        assert row is not None
         return self._claim(row)
 
-    def record_claim(
+    async def record_claim(
         self,
         account: str,
         message_rkey: str,
@@ -219,64 +220,64 @@ class StateStore:
         ``created_at`` is when this worker first saw the request (its own clock)."""
         status = claim_status(status)
         now = self._clock()
-        with self._tx() as db:
-            self._fenced(db, account)
-            db.execute(
+        async with self._tx() as db:
+            await self._fenced(db, account)
+            await db.execute(
                 f"INSERT INTO claims ({self._CLAIM_COLS}) VALUES (?, ?, ?, ?, ?, ?, NULL, ?, ?, NULL, NULL) "
                 "ON CONFLICT (account, reply_rkey) DO NOTHING",
                 (reply_rkey, account, message_rkey, attempt, conversation, str(status), now, now),
             )
-            return self._claim_row(db, account, reply_rkey)
+            return await self._claim_row(db, account, reply_rkey)
 
-    def update_claim_status(
+    async def update_claim_status(
         self, account: str, reply_rkey: str, status: ReplyStatus, error_kind: str | None = None
     ) -> None:
         status = claim_status(status)
         check_label(error_kind, "error_kind")
-        with self._tx() as db:
-            self._fenced(db, account)
-            cur = db.execute(
+        async with self._tx() as db:
+            await self._fenced(db, account)
+            cur = await db.execute(
                 f"UPDATE claims SET status = ?, error_kind = ?, updated_at = ? WHERE {self._CLAIM_WHERE}",
                 (str(status), error_kind, self._clock(), account, reply_rkey),
             )
             if cur.rowcount == 0:
                 raise StateError(f"no claim for reply {reply_rkey}; call record_claim first")
 
-    def add_calls(self, account: str, reply_rkey: str, digests: Iterable[str], *, waiting: bool = False) -> Claim:
+    async def add_calls(self, account: str, reply_rkey: str, digests: Iterable[str], *, waiting: bool = False) -> Claim:
         """Remember, before the write that puts them into the reply, the tool calls this
         worker writes there (opaque digests, ``tools.approval.call_digest``); with
         ``waiting``, also when it asks the user to approve them (this worker's clock).
         Only calls remembered here ever run on approval, or when a reply is resumed."""
-        with self._tx() as db:
-            self._fenced(db, account)
-            row = db.execute(f"SELECT calls FROM claims WHERE {self._CLAIM_WHERE}{self._for_update}",
-                             (account, reply_rkey)).fetchone()
+        async with self._tx() as db:
+            await self._fenced(db, account)
+            row = (await db.execute(f"SELECT calls FROM claims WHERE {self._CLAIM_WHERE}{self._for_update}",
+                                    (account, reply_rkey))).first()
             if row is None:
                 raise StateError(f"no claim for reply {reply_rkey}; call record_claim first")
             known = set(json.loads(row[0])) if row[0] else set()
             known.update(digests)
-            db.execute(
+            await db.execute(
                 "UPDATE claims SET calls = ?, waiting_at = CASE WHEN ? THEN ? ELSE waiting_at END "
                 f"WHERE {self._CLAIM_WHERE}",
                 (json.dumps(sorted(known)), bool(waiting), self._clock(), account, reply_rkey),
             )
-            return self._claim_row(db, account, reply_rkey)
+            return await self._claim_row(db, account, reply_rkey)
 
-    def get_claim(self, account: str, reply_rkey: str) -> Claim | None:
-        rows = self._read(f"SELECT {self._CLAIM_COLS} FROM claims WHERE {self._CLAIM_WHERE}", (account, reply_rkey))
+    async def get_claim(self, account: str, reply_rkey: str) -> Claim | None:
+        rows = await self._read(f"SELECT {self._CLAIM_COLS} FROM claims WHERE {self._CLAIM_WHERE}", (account, reply_rkey))
         return self._claim(rows[0]) if rows else None
 
-    def unfinished_claims(self, account: str) -> list[Claim]:
+    async def unfinished_claims(self, account: str) -> list[Claim]:
         """Claims still ``pending``/``streaming``: after a crash these must be finished."""
-        rows = self._read(
+        rows = await self._read(
             f"SELECT {self._CLAIM_COLS} FROM claims WHERE account = ? AND status IN ('pending', 'streaming') "
             "ORDER BY created_at, reply_rkey",
             (account,),
         )
         return [self._claim(r) for r in rows]
 
-    def is_finished(self, account: str, reply_rkey: str) -> bool:
-        claim = self.get_claim(account, reply_rkey)
+    async def is_finished(self, account: str, reply_rkey: str) -> bool:
+        claim = await self.get_claim(account, reply_rkey)
         return claim is not None and claim.status in FINAL_STATUSES
 
     # --- tool journal --------------------------------------------------------------------
@@ -311,13 +312,12 @@ class StateStore:
     def _where(call: CallRef) -> tuple[str, str, str]:
         return (call.account, call.conversation, call.key)
 
-    def _entry_row(self, db: Db, call: CallRef) -> tuple[Any, ...] | None:
-        row: tuple[Any, ...] | None = db.execute(
+    async def _entry_row(self, db: Db, call: CallRef) -> tuple[Any, ...] | None:
+        return (await db.execute(
             f"SELECT {self._JOURNAL_COLS} FROM tool_calls WHERE {self._JOURNAL_WHERE}", self._where(call)
-        ).fetchone()
-        return row
+        )).first()
 
-    def begin_tool_call(self, call: CallRef, reply_rkey: str, tool: str, input_digest: str) -> JournalEntry:
+    async def begin_tool_call(self, call: CallRef, reply_rkey: str, tool: str, input_digest: str) -> JournalEntry:
         """Record "about to run" durably, before running the tool.
 
         Returns the entry with ``new=True`` if this call created it (run the tool), or
@@ -327,16 +327,16 @@ class StateStore:
         tool or input raises ``ToolJournalConflict``. The insert decides who created the
         row, so of many workers beginning the same call at once exactly one gets ``new``.
         """
-        with self._tx() as db:
-            self._fenced(db, call.account)
-            cur = db.execute(
+        async with self._tx() as db:
+            await self._fenced(db, call.account)
+            cur = await db.execute(
                 f"INSERT INTO tool_calls ({self._JOURNAL_COLS}) "
                 "VALUES (?, ?, ?, ?, ?, ?, 'started', NULL, NULL, NULL, ?, NULL) "
                 "ON CONFLICT (account, conversation, call_key) DO NOTHING",
                 (*self._where(call), reply_rkey, tool, input_digest, self._clock()),
             )
             new = cur.rowcount == 1
-            row = self._entry_row(db, call)
+            row = await self._entry_row(db, call)
         assert row is not None
         entry = self._entry(row, new=new)
         if not new and (entry.tool, entry.input_digest) != (tool, input_digest):
@@ -346,7 +346,7 @@ class StateStore:
             )
         return entry
 
-    def finish_tool_call(self, call: CallRef, sealed_result: bytes, key_id: str, is_error: bool) -> JournalEntry:
+    async def finish_tool_call(self, call: CallRef, sealed_result: bytes, key_id: str, is_error: bool) -> JournalEntry:
         """Store the SEALED result (opaque bytes; never plaintext) of a begun call.
 
         Finishing an already finished call keeps the first result (at most once) and
@@ -354,26 +354,26 @@ class StateStore:
         """
         if not isinstance(sealed_result, (bytes, bytearray, memoryview)):
             raise TypeError("sealed_result must be bytes (seal the result before journaling it)")
-        with self._tx() as db:
-            self._fenced(db, call.account)
-            db.execute(
+        async with self._tx() as db:
+            await self._fenced(db, call.account)
+            await db.execute(
                 "UPDATE tool_calls SET state = 'finished', sealed_result = ?, key_id = ?, is_error = ?, "
                 f"finished_at = ? WHERE {self._JOURNAL_WHERE} AND state = 'started'",
                 (bytes(sealed_result), key_id, int(bool(is_error)), self._clock(), *self._where(call)),
             )
-            row = self._entry_row(db, call)
+            row = await self._entry_row(db, call)
         if row is None:
             raise StateError("this tool call was never begun; call begin_tool_call first")
         return self._entry(row)
 
-    def get_tool_call(self, call: CallRef) -> JournalEntry | None:
-        rows = self._read(f"SELECT {self._JOURNAL_COLS} FROM tool_calls WHERE {self._JOURNAL_WHERE}",
+    async def get_tool_call(self, call: CallRef) -> JournalEntry | None:
+        rows = await self._read(f"SELECT {self._JOURNAL_COLS} FROM tool_calls WHERE {self._JOURNAL_WHERE}",
                           self._where(call))
         return self._entry(rows[0]) if rows else None
 
-    def unfinished_tool_calls(self, account: str) -> list[JournalEntry]:
+    async def unfinished_tool_calls(self, account: str) -> list[JournalEntry]:
         """Calls begun and never finished (crash while the tool ran)."""
-        rows = self._read(
+        rows = await self._read(
             f"SELECT {self._JOURNAL_COLS} FROM tool_calls WHERE account = ? AND state = 'started' "
             "ORDER BY started_at",
             (account,),
@@ -382,7 +382,7 @@ class StateStore:
 
     # --- errors ring and turn timings ------------------------------------------------------
 
-    def record_error(
+    async def record_error(
         self,
         kind: str,
         *,
@@ -393,24 +393,24 @@ class StateStore:
         """Remember an error by kind and record key only (no message: it could carry content)."""
         check_label(kind, "kind")
         check_label(where, "where")
-        with self._tx() as db:
-            db.execute(
+        async with self._tx() as db:
+            await db.execute(
                 'INSERT INTO errors (at, kind, account, record_key, "where") VALUES (?, ?, ?, ?, ?)',
                 (self._clock(), kind, account, record_key, where),
             )
-            db.execute("DELETE FROM errors WHERE id <= (SELECT MAX(id) FROM errors) - ?", (ERRORS_KEPT,))
+            await db.execute("DELETE FROM errors WHERE id <= (SELECT MAX(id) FROM errors) - ?", (ERRORS_KEPT,))
 
-    def recent_errors(self, limit: int = 20) -> list[ErrorRow]:
-        rows = self._read(
+    async def recent_errors(self, limit: int = 20) -> list[ErrorRow]:
+        rows = await self._read(
             'SELECT at, kind, account, record_key, "where" FROM errors ORDER BY id DESC LIMIT ?', (limit,)
         )
         return [ErrorRow(*r) for r in rows]
 
-    def record_turn(self, timing: TurnTiming) -> None:
+    async def record_turn(self, timing: TurnTiming) -> None:
         check_label(timing.status, "status")
         at = timing.at or self._clock()
-        with self._tx() as db:
-            db.execute(
+        async with self._tx() as db:
+            await db.execute(
                 "INSERT INTO turns (at, account, reply_rkey, status, queue_ms, bridge_ms, model_ms, write_ms, "
                 "read_ms, points, input_tokens, cached_tokens, cache_write_tokens) "
                 "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
@@ -418,40 +418,40 @@ class StateStore:
                  timing.bridge_ms, timing.model_ms, timing.write_ms, timing.read_ms, timing.points,
                  timing.input_tokens, timing.cached_tokens, timing.cache_write_tokens),
             )
-            db.execute("DELETE FROM turns WHERE id <= (SELECT MAX(id) FROM turns) - ?", (TURNS_KEPT,))
+            await db.execute("DELETE FROM turns WHERE id <= (SELECT MAX(id) FROM turns) - ?", (TURNS_KEPT,))
 
-    def recent_turns(self, limit: int = 20, *, account: str | None = None) -> list[TurnTiming]:
+    async def recent_turns(self, limit: int = 20, *, account: str | None = None) -> list[TurnTiming]:
         """The newest turn timings (of ``account`` only, when given)."""
         where, args = ("WHERE account = ? ", (account,)) if account is not None else ("", ())
-        rows = self._read(
+        rows = await self._read(
             "SELECT reply_rkey, account, status, queue_ms, bridge_ms, model_ms, write_ms, at, read_ms, points, "
             f"input_tokens, cached_tokens, cache_write_tokens FROM turns {where}ORDER BY id DESC LIMIT ?",
             (*args, limit),
         )
         return [TurnTiming(*r) for r in rows]
 
-    def points_since(self, account: str, since: float) -> int:
+    async def points_since(self, account: str, since: float) -> int:
         """PDS write points the turns of ``account`` recorded since ``since`` (epoch s).
         The store keeps the newest turns only: a lower bound on a busy account."""
-        rows = self._read("SELECT COALESCE(SUM(points), 0) FROM turns WHERE account = ? AND at >= ?",
+        rows = await self._read("SELECT COALESCE(SUM(points), 0) FROM turns WHERE account = ? AND at >= ?",
                           (account, since))
         return int(rows[0][0])
 
     # --- the PDS write budget ----------------------------------------------------------------
 
-    def save_write_budget(self, account: str, limit: int | None, remaining: int | None,
+    async def save_write_budget(self, account: str, limit: int | None, remaining: int | None,
                           reset_at: float | None) -> None:
         """The account's write budget as the PDS last stated it (``ratelimit-*`` headers)."""
-        with self._tx() as db:
-            db.execute(
+        async with self._tx() as db:
+            await db.execute(
                 'INSERT INTO write_budgets (account, "limit", remaining, reset_at, seen_at) VALUES (?, ?, ?, ?, ?) '
                 'ON CONFLICT (account) DO UPDATE SET "limit" = excluded."limit", remaining = excluded.remaining, '
                 "reset_at = excluded.reset_at, seen_at = excluded.seen_at",
                 (account, limit, remaining, reset_at, self._clock()),
             )
 
-    def load_write_budget(self, account: str) -> dict[str, Any] | None:
-        rows = self._read('SELECT "limit", remaining, reset_at, seen_at FROM write_budgets WHERE account = ?',
+    async def load_write_budget(self, account: str) -> dict[str, Any] | None:
+        rows = await self._read('SELECT "limit", remaining, reset_at, seen_at FROM write_budgets WHERE account = ?',
                           (account,))
         if not rows:
             return None
@@ -460,15 +460,15 @@ class StateStore:
 
     # --- seen events -------------------------------------------------------------------------
 
-    def mark_seen(self, did: str, rkey: str, cid: str) -> bool:
+    async def mark_seen(self, did: str, rkey: str, cid: str) -> bool:
         """Mark an event processed. True if it is new, False if it was seen before.
 
         Keeps about the newest ``SEEN_KEPT`` events (checked every few dozen new ones);
         older ones are pruned (a replay that old is caught by the claims table instead).
         """
-        with self._tx() as db:
-            self._fenced(db, did)
-            cur = db.execute(
+        async with self._tx() as db:
+            await self._fenced(db, did)
+            cur = await db.execute(
                 "INSERT INTO seen_events (did, rkey, cid, at) VALUES (?, ?, ?, ?) ON CONFLICT DO NOTHING",
                 (did, rkey, cid, self._clock()),
             )
@@ -476,22 +476,22 @@ class StateStore:
             if new:
                 self._seen_inserts += 1
                 if self._seen_inserts % _SEEN_PRUNE_EVERY == 0:
-                    db.execute(
+                    await db.execute(
                         "DELETE FROM seen_events WHERE at < (SELECT at FROM seen_events ORDER BY at DESC "
                         "LIMIT 1 OFFSET ?)",
                         (SEEN_KEPT,),
                     )
         return new
 
-    def was_seen(self, did: str, rkey: str, cid: str) -> bool:
+    async def was_seen(self, did: str, rkey: str, cid: str) -> bool:
         return bool(
-            self._read("SELECT 1 FROM seen_events WHERE did = ? AND rkey = ? AND cid = ?", (did, rkey, cid))
+            await self._read("SELECT 1 FROM seen_events WHERE did = ? AND rkey = ? AND cid = ?", (did, rkey, cid))
         )
 
-    def prune_seen(self, older_than_seconds: float) -> int:
+    async def prune_seen(self, older_than_seconds: float) -> int:
         """Forget events processed more than ``older_than_seconds`` ago; returns how many."""
-        with self._tx() as db:
-            cur = db.execute("DELETE FROM seen_events WHERE at < ?", (self._clock() - older_than_seconds,))
+        async with self._tx() as db:
+            cur = await db.execute("DELETE FROM seen_events WHERE at < ?", (self._clock() - older_than_seconds,))
             return cur.rowcount
 
 

@@ -77,7 +77,7 @@ async def execute_journaled(
             continue
         ref = CallRef(account, conversation, call.call_id)
         try:
-            entry = store.begin_tool_call(ref, reply_rkey, call.tool, input_digest(call.tool, call.input))
+            entry = await store.begin_tool_call(ref, reply_rkey, call.tool, input_digest(call.tool, call.input))
         except ToolJournalConflict as e:
             log.warning("reply %s: tool call %d: %s", reply_rkey, i, e)
             results[i] = ToolOutcome(call.call_id, f"{e}.", True)
@@ -90,7 +90,7 @@ async def execute_journaled(
             log.warning("reply %s: tool call %d (%s): interrupted earlier, not run again", reply_rkey, i, call.tool)
             outcome = ToolOutcome(call.call_id, INTERRUPTED_OUTPUT, True)
             sealed, key_id = seal(encode_outcome(outcome))
-            stored = store.finish_tool_call(ref, sealed, key_id, True)  # the first result stored wins
+            stored = await store.finish_tool_call(ref, sealed, key_id, True)  # the first result stored wins
             results[i] = decode_outcome(call.call_id, open_(stored.sealed_result or sealed, stored.key_id or key_id))
     ran = await execute_calls(
         [c for _, c in to_run] + [c for _, c in unjournaled],
@@ -100,7 +100,7 @@ async def execute_journaled(
     )
     for (i, _call), outcome in zip(to_run, ran[: len(to_run)]):
         sealed, key_id = seal(encode_outcome(outcome))
-        store.finish_tool_call(CallRef(account, conversation, outcome.call_id), sealed, key_id, outcome.is_error)
+        await store.finish_tool_call(CallRef(account, conversation, outcome.call_id), sealed, key_id, outcome.is_error)
         results[i] = outcome
     for (i, _call), outcome in zip(unjournaled, ran[len(to_run):]):
         results[i] = outcome

@@ -114,7 +114,7 @@ class RecordAuthority:
         got = self.repo.records.get((MESSAGE_COLLECTION, rkey))
         return got[1] if got is not None else None
 
-    def made_here(self, reply_rkey: str) -> frozenset[str]:
+    async def made_here(self, reply_rkey: str) -> frozenset[str]:
         value = self._value(reply_rkey)
         if value is None:
             return frozenset()
@@ -125,20 +125,20 @@ class RecordAuthority:
             return frozenset()
         return frozenset(call_digest(p.call_id, p.tool, p.input) for p in content.parts if isinstance(p, ToolCallPart))
 
-    def asked(self, reply_rkey: str) -> tuple[frozenset[str], float | None]:
+    async def asked(self, reply_rkey: str) -> tuple[frozenset[str], float | None]:
         value = self._value(reply_rkey)
         if value is None or value.get("status") != "awaitingApproval":
             return frozenset(), None
-        return self.made_here(reply_rkey), parse_time(value.get("updatedAt") or value.get("createdAt"))
+        return await self.made_here(reply_rkey), parse_time(value.get("updatedAt") or value.get("createdAt"))
 
-    def answered_at(self, reply_rkey: str) -> float | None:
+    async def answered_at(self, reply_rkey: str) -> float | None:
         value = self._value(reply_rkey.rsplit(".r", 1)[0])
         return parse_time(value.get("createdAt")) if value is not None else None
 
-    def decided_at(self, reply_rkey: str) -> float | None:
+    async def decided_at(self, reply_rkey: str) -> float | None:
         """As the worker would have judged them on seeing the answer: replaying an old
         export does not make its approvals expire."""
-        return self.answered_at(reply_rkey)
+        return await self.answered_at(reply_rkey)
 
 
 async def not_run_offline(deps: TurnDeps, job: TurnJob, calls: list[ToolCall],
@@ -232,7 +232,7 @@ async def run_offline(records: Path, message: str, keyring: Mapping[str, bytes],
             report = worker.reports[-1] if worker.reports else None
         finally:
             await worker.aclose(0)
-            store.close()
+            await store.aclose()
     reply_rkey = ask.reply_rkey if ask is not None else None
     got = repo.records.get((MESSAGE_COLLECTION, reply_rkey)) if reply_rkey is not None else None
     return OfflineTurn(reply_rkey, got[1] if got is not None else None, report, decision,

@@ -180,7 +180,7 @@ class Worker:
 
             self.metrics = Metrics()
         if self._store is None:
-            self._store = open_state(s)
+            self._store = await open_state(s)
             self._owned.add("store")
         if self.fence is not None:
             self.store.fence([session_key(s)], self.fence)
@@ -195,7 +195,7 @@ class Worker:
         if self.fence is not None:
             self.pds.write_guard = self.fence.check
             self.store.fence([self.did], self.fence)
-        saved_budget = self.store.load_write_budget(self.did)
+        saved_budget = await self.store.load_write_budget(self.did)
         if saved_budget is not None and self.pds.budget.remaining is None:
             # the budget the PDS last stated (to this worker or another of its fleet) holds
             # until its reset: progress updates keep the reserve from the first write on
@@ -250,7 +250,7 @@ class Worker:
         store = self.store
         assert store is not None
         key = session_key(self.settings)
-        saved = store.load_session(key)
+        saved = await store.load_session(key)
         expected_did: str | None = None
         if a.pds:
             pds_url = a.pds
@@ -266,8 +266,8 @@ class Worker:
                 log.warning("%s; using the saved session's PDS for now", e)
                 pds_url, expected_did = str(saved["pds"]), saved.get("did")
 
-        def save(session: Session) -> None:
-            store.save_session(key, {**session.to_dict(), "pds": pds_url})
+        async def save(session: Session) -> None:
+            await store.save_session(key, {**session.to_dict(), "pds": pds_url})
 
         pds = PdsClient(pds_url, on_session_change=save)
         if self.fence is not None:  # the login and every refresh too: once per account across the fleet
@@ -304,12 +304,12 @@ class Worker:
         log.info("logged in to %s as %s", pds_url, a.identifier)
         return pds
 
-    def startup_lines(self) -> list[str]:
+    async def startup_lines(self) -> list[str]:
         """What ``gelbridge run`` prints when it is ready (no secrets)."""
         s = self.settings
         src = s.watch.source
         if src == "firehose":
-            cur = self.store.get_cursor(firehose_cursor_key(self.pds.pds_url, self.did)) if self.store else None
+            cur = await self.store.get_cursor(firehose_cursor_key(self.pds.pds_url, self.did)) if self.store else None
             source = f"firehose (cursor {cur if cur is not None else 'none: starting live + backfill'})"
         else:
             source = f"poll every {s.watch.poll_interval:g} s"
@@ -390,21 +390,21 @@ class Worker:
         """A malformed message: log kind + rkey; if it plainly asks for a reply, answer
         once with ``status: error`` (``bad_record``), so the app can show why."""
         log.warning("message %s is malformed (%s); not answering it", rkey, e.kind)
-        self.store.record_error(e.kind, account=self.did, record_key=rkey, where="intake")
+        await self.store.record_error(e.kind, account=self.did, record_key=rkey, where="intake")
         self.stats["bad-record"] += 1
         ask = peek_ask(MESSAGE_COLLECTION, rkey, value)
-        if ask is None or self.store.get_claim(self.did, ask.reply_rkey) is not None:
+        if ask is None or await self.store.get_claim(self.did, ask.reply_rkey) is not None:
             return EventOutcome.BAD_RECORD
         ask = Ask(ask.message_rkey, ask.attempt, ask.reply_rkey, ask.conversation, None)
-        self.store.record_claim(self.did, ask.message_rkey, ask.attempt, ask.reply_rkey, ask.conversation)
+        await self.store.record_claim(self.did, ask.message_rkey, ask.attempt, ask.reply_rkey, ask.conversation)
         writer = self._writer(ask)
         try:
             await writer.claim()
             await writer.final([], status=ReplyStatus.ERROR, error=ReplyError(kind="bad_record", message=error_message(
                 "bad_record", detail=f"message {rkey} does not follow the chat.gel.assistant.message lexicon")))
-            self.store.update_claim_status(self.did, ask.reply_rkey, ReplyStatus.ERROR, "bad_record")
+            await self.store.update_claim_status(self.did, ask.reply_rkey, ReplyStatus.ERROR, "bad_record")
         except ClaimConflict:
-            self.store.update_claim_status(self.did, ask.reply_rkey, ReplyStatus.CANCELLED, "claimed_elsewhere")
+            await self.store.update_claim_status(self.did, ask.reply_rkey, ReplyStatus.CANCELLED, "claimed_elsewhere")
         return EventOutcome.BAD_RECORD
 
     def _writer(self, ask: Ask) -> ReplyWriter:
@@ -420,7 +420,7 @@ class Worker:
         rk = ask.reply_rkey
         if self.scheduler.is_active(rk):
             return EventOutcome.ACTIVE
-        prior: Claim | None = self.store.get_claim(self.did, rk)
+        prior: Claim | None = await self.store.get_claim(self.did, rk)
         if prior is not None and prior.status in FINAL_STATUSES:
             return EventOutcome.DONE
         if prior is not None and prior.error_kind == WRITE_REFUSED:
@@ -431,7 +431,7 @@ class Worker:
             existing = await self.view.get(rk, fresh=True)
         if existing is _UNKNOWN or existing is None:
             if not ours:
-                self.store.record_claim(self.did, ask.message_rkey, ask.attempt, rk, ask.conversation)
+                await self.store.record_claim(self.did, ask.message_rkey, ask.attempt, rk, ask.conversation)
             try:
                 await writer.claim()
             except ClaimConflict:
@@ -445,17 +445,17 @@ class Worker:
         decision = decide_existing_reply(value, ours=ours, stale_after=self.settings.worker.stale_claim_after)
         if decision is SlotDecision.DONE:
             status = value.get("status")
-            if ours or self.store.get_claim(self.did, rk) is not None:
-                self.store.update_claim_status(
+            if ours or await self.store.get_claim(self.did, rk) is not None:
+                await self.store.update_claim_status(
                     self.did, rk, claim_status(status) if status in FINAL_STATUSES else ReplyStatus.COMPLETE)
             return EventOutcome.DONE
         if decision is SlotDecision.FOREIGN:
-            if not ours and self.store.get_claim(self.did, rk) is not None:  # our fresh claim row lost the race
-                self.store.update_claim_status(self.did, rk, ReplyStatus.CANCELLED, "claimed_elsewhere")
+            if not ours and await self.store.get_claim(self.did, rk) is not None:  # our fresh claim row lost the race
+                await self.store.update_claim_status(self.did, rk, ReplyStatus.CANCELLED, "claimed_elsewhere")
             log.info("reply %s belongs to another worker; not answering", rk)
             return EventOutcome.FOREIGN
-        if self.store.get_claim(self.did, rk) is None:
-            self.store.record_claim(self.did, ask.message_rkey, ask.attempt, rk, ask.conversation)
+        if await self.store.get_claim(self.did, rk) is None:
+            await self.store.record_claim(self.did, ask.message_rkey, ask.attempt, rk, ask.conversation)
         if cid is None:
             fresh = await self.view.get(rk, fresh=True)
             if fresh is None:
@@ -472,10 +472,10 @@ class Worker:
         reply (again), never the turn: the model is not called a second time."""
         existing = await self.view.get(ask.reply_rkey, fresh=True)
         if existing is None:
-            self.store.update_claim_status(self.did, ask.reply_rkey, ReplyStatus.CANCELLED)
+            await self.store.update_claim_status(self.did, ask.reply_rkey, ReplyStatus.CANCELLED)
             return EventOutcome.DONE
         if existing[1].get("status") in FINAL_STATUSES:
-            self.store.update_claim_status(self.did, ask.reply_rkey, claim_status(existing[1]["status"]), WRITE_REFUSED)
+            await self.store.update_claim_status(self.did, ask.reply_rkey, claim_status(existing[1]["status"]), WRITE_REFUSED)
             return EventOutcome.DONE
         writer = self._writer(ask)
         writer.adopt(*existing)
@@ -510,7 +510,7 @@ class Worker:
     async def _cancel_queued(self, job: TurnJob) -> None:
         """A claimed turn superseded before it ran: write ``cancelled``."""
         await job.writer.final([], status=ReplyStatus.CANCELLED)
-        self.store.update_claim_status(self.did, job.ask.reply_rkey, ReplyStatus.CANCELLED)
+        await self.store.update_claim_status(self.did, job.ask.reply_rkey, ReplyStatus.CANCELLED)
 
     # --- backfill and recovery (per account; gelbridge run and the Bridge alike) ----------
 
@@ -535,9 +535,9 @@ class Worker:
             peek = peek_ask(MESSAGE_COLLECTION, rkey, value)
             existing = listing.get(peek.reply_rkey) if peek is not None else None
             if existing is not None and existing[1].get("status") in FINAL_STATUSES:
-                claim = self.store.get_claim(self.did, peek.reply_rkey)  # type: ignore[union-attr]
+                claim = await self.store.get_claim(self.did, peek.reply_rkey)  # type: ignore[union-attr]
                 if claim is not None and claim.status not in FINAL_STATUSES:
-                    self.store.update_claim_status(self.did, claim.reply_rkey, claim_status(existing[1]["status"]))
+                    await self.store.update_claim_status(self.did, claim.reply_rkey, claim_status(existing[1]["status"]))
                 continue
             rep.owed += 1
             try:
@@ -546,19 +546,19 @@ class Worker:
                 log.warning("backfill: message %s not handled (%s)", rkey, type(e).__name__)
                 continue
             except Exception as e:  # noqa: BLE001 - one record never stops the backfill (or the start)
-                self._record_failed(rkey, e, "backfill")
+                await self._record_failed(rkey, e, "backfill")
                 continue
             if result == "resumed":
                 rep.resumed += 1
         rep.unfinished_claims = await self.recover_claims()
         return rep
 
-    def _record_failed(self, rkey: str, e: Exception, where: str) -> None:
+    async def _record_failed(self, rkey: str, e: Exception, where: str) -> None:
         """A record (or claim) nothing could handle: logged by kind, remembered, skipped."""
         kind = getattr(e, "kind", None) if isinstance(e, GelbridgeError) else None
         log.error("%s: %s failed (%s); skipped", where, rkey, type(e).__name__)  # no text: it may quote content
         try:
-            self.store.record_error(kind if isinstance(kind, str) else "internal", account=self.did,
+            await self.store.record_error(kind if isinstance(kind, str) else "internal", account=self.did,
                                     record_key=rkey, where=where)
         except Exception:  # noqa: BLE001 - the state store may be what failed
             pass
@@ -566,7 +566,7 @@ class Worker:
     async def recover_claims(self) -> int:
         """Finish claims of this worker left unfinished (crash, PDS outage during a claim)."""
         n = 0
-        for claim in self.store.unfinished_claims(self.did):
+        for claim in await self.store.unfinished_claims(self.did):
             if self.scheduler.is_active(claim.reply_rkey):
                 continue
             n += 1
@@ -575,7 +575,7 @@ class Worker:
             except PdsError as e:
                 log.warning("recovery of %s postponed (%s)", claim.reply_rkey, type(e).__name__)
             except Exception as e:  # noqa: BLE001 - one claim never stops the sweep
-                self._record_failed(claim.reply_rkey, e, "recovery")
+                await self._record_failed(claim.reply_rkey, e, "recovery")
         return n
 
     async def _recover(self, claim: Claim) -> None:
@@ -594,7 +594,7 @@ class Worker:
         # the message is gone or asks for another attempt now: close this reply
         reply = await self.view.get(claim.reply_rkey, fresh=True)
         if reply is None or reply[1].get("status") in FINAL_STATUSES:
-            self.store.update_claim_status(self.did, claim.reply_rkey, ReplyStatus.CANCELLED)
+            await self.store.update_claim_status(self.did, claim.reply_rkey, ReplyStatus.CANCELLED)
             return
         stub = Ask(claim.message_rkey, claim.attempt, claim.reply_rkey, claim.conversation,
                    (reply[1].get("content") or {}).get("keyId"))
@@ -602,9 +602,9 @@ class Worker:
         writer.adopt(reply[0], reply[1])
         try:
             await writer.final([], status=ReplyStatus.CANCELLED)
-            self.store.update_claim_status(self.did, claim.reply_rkey, ReplyStatus.CANCELLED)
+            await self.store.update_claim_status(self.did, claim.reply_rkey, ReplyStatus.CANCELLED)
         except ClaimConflict:
-            self.store.update_claim_status(self.did, claim.reply_rkey, ReplyStatus.CANCELLED, "claimed_elsewhere")
+            await self.store.update_claim_status(self.did, claim.reply_rkey, ReplyStatus.CANCELLED, "claimed_elsewhere")
 
     async def sweep_loop(self, interval: float = 30.0, *, at_start: bool = False) -> None:
         """Until cancelled: :meth:`recover_claims` every ``interval`` s, and at once after
@@ -667,7 +667,7 @@ class Worker:
         if self.fence is not None and self._store is not None:
             self._store.unfence([session_key(self.settings), *([self.did] if self.did else [])], self.fence)
         if "store" in self._owned and self._store is not None:
-            self.store.close()
+            await self.store.aclose()
         self._owned.clear()
         self.started = False
         if tracing.active():

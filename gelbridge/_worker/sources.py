@@ -197,8 +197,8 @@ class FirehoseSource:
         self.on_reconnect = on_reconnect
         self.key = key or firehose_cursor_key(pds_url, self.dids)
         self._fenced_cursor = key is None
-        saved = store.get_cursor(self.key)
-        self.tracker = CursorTracker(saved if isinstance(saved, int) else None)
+        self.tracker = CursorTracker(None)  # from the saved cursor when run() starts
+        self._loaded = False
         self._slots = asyncio.Semaphore(max_in_flight)
         self._tasks: set[asyncio.Task[None]] = set()
         self.backoff_base = backoff_base
@@ -234,22 +234,36 @@ class FirehoseSource:
         finally:
             self._slots.release()
             if finished:  # cancelled (stop) while retrying: the cursor stays before it
-                self._moved(self.tracker.done(seq))
+                await self._moved(self.tracker.done(seq))
 
-    def _moved(self, moved: int | None) -> None:
+    async def load_cursor(self) -> None:
+        """Start from the saved cursor (once; ``run`` calls it)."""
+        if not self._loaded:
+            saved = await self.store.get_cursor(self.key)
+            self.tracker = CursorTracker(saved if isinstance(saved, int) else None)
+            self._loaded = True
+
+    async def _moved(self, moved: int | None) -> None:
         """Save the cursor if the low-water mark moved."""
         if moved is not None:
             try:
                 # one account's subscription: fenced with it (a fleet worker that lost the
                 # account's lease never moves the cursor its successor resumes from)
                 only = next(iter(self.dids)) if self._fenced_cursor and len(self.dids) == 1 else None
-                self.store.set_cursor(self.key, moved, account=only)
+                await self.store.set_cursor(self.key, moved, account=only)
             except GelbridgeError as e:
                 log.error("cannot save the firehose cursor (%s)", type(e).__name__)
 
     async def run(self) -> None:
         failures = 0
         while True:
+            try:
+                await self.load_cursor()
+            except GelbridgeError as e:  # the state store is down: wait and try again
+                failures += 1
+                log.warning("firehose: cannot read the saved cursor (%s); retrying", type(e).__name__)
+                await asyncio.sleep(backoff_delay(failures, base=self.backoff_base, cap=self.backoff_cap))
+                continue
             cursor = self.tracker.highest
             try:
                 async with aclosing(
@@ -354,7 +368,7 @@ class PollSource:
     async def poll_once(self) -> int:
         n = 0
         async for r in self.pds.iter_records(MESSAGE_COLLECTION, page_size=100):
-            if self.store.was_seen(self.did, r.rkey, r.cid):
+            if await self.store.was_seen(self.did, r.rkey, r.cid):
                 continue
             rec = IncomingRecord(self.did, MESSAGE_COLLECTION, r.rkey, r.cid, r.value, action="update")
             outcome, _ = await hand_over(self.handler, rec)
@@ -362,7 +376,7 @@ class PollSource:
                 continue  # not marked seen: the next poll tries it again
             if outcome == "handled":
                 n += 1
-            self.store.mark_seen(self.did, r.rkey, r.cid)
+            await self.store.mark_seen(self.did, r.rkey, r.cid)
         self.polls += 1
         return n
 

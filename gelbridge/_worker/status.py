@@ -22,7 +22,7 @@ from gelbridge._worker.sources import firehose_cursor_key
 HOUR, DAY = 3600.0, 86400.0
 
 
-def status_report(settings: Settings, store: StateStore, *, now: float | None = None) -> dict[str, Any]:
+async def status_report(settings: Settings, store: StateStore, *, now: float | None = None) -> dict[str, Any]:
     """The status of every account of ``settings``; ``store`` is the process's own store
     (``[state] dir``: shared cursors, and the state of accounts that keep theirs there)."""
     now = time.time() if now is None else now
@@ -37,30 +37,30 @@ def status_report(settings: Settings, store: StateStore, *, now: float | None = 
         for entry in entries:
             acct = settings.for_account(entry) if entry.identifier else settings
             own = _store_at(acct, stores)
-            saved = (own.load_session(session_key(acct)) or {}) if own is not None else {}
+            saved = (await own.load_session(session_key(acct)) or {}) if own is not None else {}
             per.append((entry, acct, own, saved))
         hosts: dict[str, list[str]] = {}  # firehose: one subscription per host carries its accounts
         for _, acct, _, saved in per:
             if saved.get("did"):
                 hosts.setdefault(_pds_of(acct, saved), []).append(saved["did"])
         for entry, acct, own, saved in per:
-            accounts.append(_account(settings, entry, acct, own, saved, store, hosts, now))
+            accounts.append(await _account(settings, entry, acct, own, saved, store, hosts, now))
         errors = [
             {"at": e.at, "kind": e.kind, "record": e.record_key, "where": e.where}
-            for s in stores.values() for e in s.recent_errors(10)
+            for s in stores.values() for e in await s.recent_errors(10)
         ]
         errors.sort(key=lambda e: float(e["at"] or 0), reverse=True)
     finally:
         for s in stores.values():
             if s is not store:
-                s.close()
+                await s.aclose()
     fleet = None
     if store.backend == "postgres":
         from gelbridge._fleet import fleet_view, lease_key
 
         keys = {lease_key(settings.for_account(e) if e.identifier and settings.accounts else settings): i
                 for i, e in enumerate(entries)}
-        fleet = fleet_view(store, list(keys))
+        fleet = await fleet_view(store, list(keys))
         if fleet is not None:
             for key, i in keys.items():
                 accounts[i]["lease"] = fleet["leases"].get(key)
@@ -83,7 +83,7 @@ def _pds_of(acct: Settings, saved: dict[str, Any]) -> str:
     return str(saved.get("pds") or acct.account.pds or "").rstrip("/")
 
 
-def _account(settings: Settings, entry: AccountEntry, acct: Settings, own: StateStore | None,
+async def _account(settings: Settings, entry: AccountEntry, acct: Settings, own: StateStore | None,
              saved: dict[str, Any], process_store: StateStore, hosts: dict[str, list[str]],
              now: float) -> dict[str, Any]:
     did = saved.get("did")
@@ -94,21 +94,21 @@ def _account(settings: Settings, entry: AccountEntry, acct: Settings, own: State
         "cursor": None, "in_flight": [], "points": {"last_hour": 0, "last_day": 0}, "budget": None, "turns": [],
     }
     if own is not None and not configured:  # no account in the config: every turn the store has
-        out["turns"] = [_turn(t) for t in own.recent_turns(10)]
+        out["turns"] = [_turn(t) for t in await own.recent_turns(10)]
     if not did or own is None:
         return out
     w = settings.watch
     if w.source == "firehose":
-        out["cursor"] = process_store.get_cursor(firehose_cursor_key(out["pds"] or "", hosts.get(out["pds"], did)))
+        out["cursor"] = await process_store.get_cursor(firehose_cursor_key(out["pds"] or "", hosts.get(out["pds"], did)))
     elif w.source == "jetstream" and w.url:
-        out["cursor"] = process_store.get_cursor(jetstream_cursor_key(w.url))
+        out["cursor"] = await process_store.get_cursor(jetstream_cursor_key(w.url))
     out["in_flight"] = [
         {"reply": c.reply_rkey, "status": c.status, "since": c.created_at, "updated": c.updated_at}
-        for c in own.unfinished_claims(did)
+        for c in await own.unfinished_claims(did)
     ]
-    out["points"] = {"last_hour": own.points_since(did, now - HOUR), "last_day": own.points_since(did, now - DAY)}
-    out["budget"] = own.load_write_budget(did)
-    out["turns"] = [_turn(t) for t in own.recent_turns(10, account=did)]
+    out["points"] = {"last_hour": await own.points_since(did, now - HOUR), "last_day": await own.points_since(did, now - DAY)}
+    out["budget"] = await own.load_write_budget(did)
+    out["turns"] = [_turn(t) for t in await own.recent_turns(10, account=did)]
     return out
 
 

@@ -103,16 +103,16 @@ class CallAuthority(Protocol):
     """What this gelbridge itself did with tool calls, on its own records (never the
     client's word): calls are digests (``tools.approval.call_digest``), times epoch s."""
 
-    def made_here(self, reply_rkey: str) -> frozenset[str]:
+    async def made_here(self, reply_rkey: str) -> frozenset[str]:
         """The calls this gelbridge wrote into ``reply_rkey``."""
 
-    def asked(self, reply_rkey: str) -> tuple[frozenset[str], float | None]:
+    async def asked(self, reply_rkey: str) -> tuple[frozenset[str], float | None]:
         """The calls ``reply_rkey`` asked approval for, and when it asked (None: it asked none)."""
 
-    def answered_at(self, reply_rkey: str) -> float | None:
+    async def answered_at(self, reply_rkey: str) -> float | None:
         """When the message that ``reply_rkey`` answers was first seen."""
 
-    def decided_at(self, reply_rkey: str) -> float | None:
+    async def decided_at(self, reply_rkey: str) -> float | None:
         """The moment the approvals of ``reply_rkey`` are judged (None: now)."""
 
 
@@ -122,21 +122,21 @@ class ClaimAuthority:
     def __init__(self, store: Any, did: str) -> None:
         self.store, self.did = store, did
 
-    def made_here(self, reply_rkey: str) -> frozenset[str]:
-        claim = self.store.get_claim(self.did, reply_rkey)
+    async def made_here(self, reply_rkey: str) -> frozenset[str]:
+        claim = await self.store.get_claim(self.did, reply_rkey)
         return claim.calls if claim is not None else frozenset()
 
-    def asked(self, reply_rkey: str) -> tuple[frozenset[str], float | None]:
-        claim = self.store.get_claim(self.did, reply_rkey)
+    async def asked(self, reply_rkey: str) -> tuple[frozenset[str], float | None]:
+        claim = await self.store.get_claim(self.did, reply_rkey)
         if claim is None or claim.waiting_at is None:
             return frozenset(), None
         return claim.calls, claim.waiting_at
 
-    def answered_at(self, reply_rkey: str) -> float | None:
-        claim = self.store.get_claim(self.did, reply_rkey)
+    async def answered_at(self, reply_rkey: str) -> float | None:
+        claim = await self.store.get_claim(self.did, reply_rkey)
         return claim.created_at if claim is not None else None
 
-    def decided_at(self, reply_rkey: str) -> float | None:
+    async def decided_at(self, reply_rkey: str) -> float | None:
         return None  # the worker judges them as it sees them
 
 
@@ -438,9 +438,9 @@ def _digest(c: ToolCallPart | ToolCall | WaitingCall) -> str:
     return call_digest(c.call_id, c.tool, c.input)
 
 
-def _made_here(deps: TurnDeps, job: TurnJob) -> frozenset[str]:
+async def _made_here(deps: TurnDeps, job: TurnJob) -> frozenset[str]:
     """Digests of the calls this worker wrote into the reply of ``job`` (its claim)."""
-    return deps.calls().made_here(job.ask.reply_rkey)
+    return await deps.calls().made_here(job.ask.reply_rkey)
 
 
 async def _resume_calls(
@@ -454,13 +454,13 @@ async def _resume_calls(
     and never runs: after a takeover it is reported interrupted (its worker may have run
     it), otherwise as not made by gelbridge."""
     results: dict[str, ToolResultPart] = {}
-    made = _made_here(deps, job)
+    made = await _made_here(deps, job)
 
-    def ours(c: ToolCallPart) -> bool:
-        return _digest(c) in made or deps.store.get_tool_call(
+    async def ours(c: ToolCallPart) -> bool:
+        return _digest(c) in made or await deps.store.get_tool_call(
             CallRef(deps.did, job.ask.conversation, c.call_id)) is not None
 
-    foreign = [c for c in (*point.to_run, *point.pending) if not ours(c)]
+    foreign = [c for c in (*point.to_run, *point.pending) if not await ours(c)]
     if foreign:
         log.warning("reply %s: %d tool call(s) in the stored reply were not written by this gelbridge; "
                     "not running them", job.ask.reply_rkey, len(foreign))
@@ -476,7 +476,7 @@ async def _resume_calls(
     return with_results(point.parts, results), still_waiting
 
 
-def _waiting_asked_here(
+async def _waiting_asked_here(
     deps: TurnDeps, job: TurnJob, parent_rkey: str, waiting: list[WaitingCall]
 ) -> tuple[list[WaitingCall], float | None]:
     """The waiting calls of the parent reply that this worker itself asked approval for,
@@ -485,7 +485,7 @@ def _waiting_asked_here(
     logged, and the answers naming it are ignored."""
     if not waiting:
         return [], None
-    asked, asked_at = deps.calls().asked(parent_rkey)
+    asked, asked_at = await deps.calls().asked(parent_rkey)
     ours = [c for c in waiting if _digest(c) in asked]
     if len(ours) < len(waiting):
         log.warning("reply %s: %d waiting call(s) in %s were not asked by this gelbridge; ignoring them",
@@ -593,18 +593,18 @@ async def answer(deps: TurnDeps, job: TurnJob, state: TurnState, timer: _Timer) 
     ignored = list(answers) if point is None else []  # unless a waiting call takes them
     if parent is not None and point is None:
         parent_parts = opened[-2].content.parts
-        waiting, asked_at = _waiting_asked_here(deps, job, parent.rkey, waiting_calls(parent_parts))
+        waiting, asked_at = await _waiting_asked_here(deps, job, parent.rkey, waiting_calls(parent_parts))
         if waiting:
             outcome = resolve_approvals(
                 waiting, answers,
-                answered_at=_ts(deps.calls().answered_at(ask.reply_rkey)) or _now(),
-                asked_at=_ts(asked_at), now=_ts(deps.calls().decided_at(ask.reply_rkey)) or _now(),
+                answered_at=_ts(await deps.calls().answered_at(ask.reply_rkey)) or _now(),
+                asked_at=_ts(asked_at), now=_ts(await deps.calls().decided_at(ask.reply_rkey)) or _now(),
                 ttl=settings.tools_settings.approval_ttl,
             )
             ignored = [i.answer for i in outcome.ignored if i.why == "not_waiting"]
             approved = [ToolCall(c.call_id, c.tool, c.input, approved=True) for c in outcome.approved]
             if approved:  # this reply now holds them: a resumed turn may answer them
-                deps.store.add_calls(deps.did, ask.reply_rkey, [_digest(c) for c in approved])
+                await deps.store.add_calls(deps.did, ask.reply_rkey, [_digest(c) for c in approved])
             results = await _run_tools(deps, job, approved, journal_key)
             parts = repeated_call_parts(outcome, results, parent_parts=parent_parts)
     if ignored:  # count only: the call ids come from sealed content
@@ -693,7 +693,7 @@ async def answer(deps: TurnDeps, job: TurnJob, state: TurnState, timer: _Timer) 
         runnable = [ToolCall(c.call_id, c.tool, c.input) for c in draft.runnable_calls]
         if runnable:
             if job.writer.can_write_parts:  # durable before any call begins (worker.resume)
-                deps.store.add_calls(deps.did, ask.reply_rkey,
+                await deps.store.add_calls(deps.did, ask.reply_rkey,
                                      [_digest(p) for p in draft.parts if type(p) is ToolCallPart])
                 await job.writer.checkpoint(parts)
             results = await _run_tools(deps, job, runnable, journal_key)
@@ -826,16 +826,16 @@ async def run_turn(deps: TurnDeps, job: TurnJob) -> TurnReport:
     except ClaimConflict:
         stop_reads(reads_token)
         log.warning("reply %s was taken over by someone else; dropping this turn", job.ask.reply_rkey)
-        deps.store.update_claim_status(deps.did, job.ask.reply_rkey, ReplyStatus.CANCELLED, "claim_lost")
+        await deps.store.update_claim_status(deps.did, job.ask.reply_rkey, ReplyStatus.CANCELLED, "claim_lost")
         return TurnReport(TurnOutcome.LOST, "claim_lost",
-                          _timing(deps, job, TurnOutcome.LOST, queue_ms, start, timer, state.cache), state.steps,
+                          await _timing(deps, job, TurnOutcome.LOST, queue_ms, start, timer, state.cache), state.steps,
                           writer.progress_writes, writer.points)
     except LeaseLost:
         stop_reads(reads_token)
         log.warning("reply %s: this worker lost the account's lease; the worker that takes it over finishes it",
                     job.ask.reply_rkey)
         return TurnReport(TurnOutcome.LOST, LeaseLost.kind,
-                          _timing(deps, job, TurnOutcome.LOST, queue_ms, start, timer, state.cache), state.steps,
+                          await _timing(deps, job, TurnOutcome.LOST, queue_ms, start, timer, state.cache), state.steps,
                           writer.progress_writes, writer.points)
     except Exception as e:  # noqa: BLE001 - every failure after the claim becomes an error reply
         parts = current_parts()
@@ -862,7 +862,7 @@ async def run_turn(deps: TurnDeps, job: TurnJob) -> TurnReport:
         if cut and status == ReplyStatus.COMPLETE:
             finish = "length"
         if status == ReplyStatus.AWAITING_APPROVAL:  # before the write: only these may run on approval
-            deps.store.add_calls(deps.did, job.ask.reply_rkey,
+            await deps.store.add_calls(deps.did, job.ask.reply_rkey,
                                  [_digest(p) for p in waiting_call_parts(parts)], waiting=True)
         final = writer.final(
             parts,
@@ -877,13 +877,13 @@ async def run_turn(deps: TurnDeps, job: TurnJob) -> TurnReport:
             await asyncio.wait_for(asyncio.shield(asyncio.ensure_future(final)), timeout=15)
         else:
             await final
-        deps.store.update_claim_status(deps.did, job.ask.reply_rkey, status, error_kind)
+        await deps.store.update_claim_status(deps.did, job.ask.reply_rkey, status, error_kind)
         outcome = TurnOutcome(status)
     except ClaimConflict:
         # Someone else changed the reply since our last write: it is theirs now. Mark the
         # claim lost so recovery does not keep retrying a reply that is no longer ours.
         log.warning("reply %s was taken over by someone else before the final write", job.ask.reply_rkey)
-        deps.store.update_claim_status(deps.did, job.ask.reply_rkey, ReplyStatus.CANCELLED, "claim_lost")
+        await deps.store.update_claim_status(deps.did, job.ask.reply_rkey, ReplyStatus.CANCELLED, "claim_lost")
         error_kind = "claim_lost"
         outcome = TurnOutcome.LOST
     except LeaseLost:  # nothing more is written: the claim stays open for the lease's new holder
@@ -904,10 +904,10 @@ async def run_turn(deps: TurnDeps, job: TurnJob) -> TurnReport:
             outcome = TurnOutcome.UNFINISHED
     if error_kind is not None:
         try:
-            deps.store.record_error(_label(error_kind), account=deps.did, record_key=job.ask.reply_rkey, where="turn")
+            await deps.store.record_error(_label(error_kind), account=deps.did, record_key=job.ask.reply_rkey, where="turn")
         except Exception:  # noqa: BLE001
             pass
-    timing = _timing(deps, job, outcome, queue_ms, start, timer, state.cache)
+    timing = await _timing(deps, job, outcome, queue_ms, start, timer, state.cache)
     if cancelled is not None:
         raise cancelled
     return TurnReport(outcome, error_kind, timing, state.steps, writer.progress_writes, writer.points,
@@ -932,14 +932,14 @@ async def write_refused_reply(
                            error=ReplyError(kind="server_error", message=error_message("server_error",
                                                                                       detail=REFUSED_MESSAGE)))
     except ClaimConflict:
-        deps.store.update_claim_status(deps.did, reply_rkey, ReplyStatus.CANCELLED, "claim_lost")
+        await deps.store.update_claim_status(deps.did, reply_rkey, ReplyStatus.CANCELLED, "claim_lost")
         return TurnOutcome.LOST, "claim_lost"
     except Exception as e:  # noqa: BLE001
         log.error("minimal error reply for %s not written either (%s); the sweep retries it", reply_rkey,
                   type(e).__name__)
-        deps.store.update_claim_status(deps.did, reply_rkey, ReplyStatus.PENDING, WRITE_REFUSED)
+        await deps.store.update_claim_status(deps.did, reply_rkey, ReplyStatus.PENDING, WRITE_REFUSED)
         return TurnOutcome.UNFINISHED, WRITE_REFUSED
-    deps.store.update_claim_status(deps.did, reply_rkey, ReplyStatus.ERROR, WRITE_REFUSED)
+    await deps.store.update_claim_status(deps.did, reply_rkey, ReplyStatus.ERROR, WRITE_REFUSED)
     return TurnOutcome.ERROR, WRITE_REFUSED
 
 
@@ -948,7 +948,7 @@ def _label(s: str) -> str:
     return out or "unknown"
 
 
-def _timing(deps: TurnDeps, job: TurnJob, status: TurnOutcome, queue_ms: float, start: float, timer: _Timer,
+async def _timing(deps: TurnDeps, job: TurnJob, status: TurnOutcome, queue_ms: float, start: float, timer: _Timer,
             cache: CacheTokens) -> TurnTiming:
     total_ms = (time.monotonic() - start) * 1000
     write_ms = job.writer.write_ms + job.upload_ms
@@ -961,10 +961,10 @@ def _timing(deps: TurnDeps, job: TurnJob, status: TurnOutcome, queue_ms: float, 
         cache_write_tokens=cache.written,
     )
     try:
-        deps.store.record_turn(t)
+        await deps.store.record_turn(t)
         budget = getattr(deps.pds, "budget", None)
         if budget is not None and budget.remaining is not None:
-            deps.store.save_write_budget(deps.did, budget.limit, budget.remaining, budget.reset_at)
+            await deps.store.save_write_budget(deps.did, budget.limit, budget.remaining, budget.reset_at)
     except Exception:  # noqa: BLE001
         pass
     log.info(

@@ -195,7 +195,7 @@ async def test_single_account_served_from_jetstream_by_bridge_serve(dev_pds: Dev
                         assert text_of(content) == "You said: hello via jetstream"
                         assert await app_other.replies_of(k_other) == []
                         assert srv.requests[0]["wantedDids"] == [acct.did]
-                        assert bridge.store.get_cursor(bridge.jetstream.key) is not None
+                        assert await bridge.store.get_cursor(bridge.jetstream.key) is not None
                     finally:
                         stop.set()
                         await asyncio.wait_for(serving, 10)
@@ -240,7 +240,7 @@ async def test_bridge_serve_follows_one_firehose_per_pds_host_for_two_accounts(d
                     assert text_of(ca) == "You said: A over the firehose"
                     assert text_of(cb) == "You said: B over the firehose"
                     key = f"firehose:{dev_pds.pds_url.rstrip('/')}:" + "+".join(sorted([acct_a.did, acct_b.did]))
-                    assert isinstance(bridge.store.get_cursor(key), int)
+                    assert isinstance(await bridge.store.get_cursor(key), int)
                 finally:
                     stop.set()
                     await asyncio.wait_for(serving, 10)

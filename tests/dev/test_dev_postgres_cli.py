@@ -21,7 +21,7 @@ from testkit.processes import read_line
 pytestmark = [pytest.mark.postgres, pytest.mark.timeout(200)]
 
 
-def test_dev_postgres_command_prints_its_url_and_stops_on_sigterm(tmp_path: Path) -> None:
+async def test_dev_postgres_command_prints_its_url_and_stops_on_sigterm(tmp_path: Path) -> None:
     port = free_port()
     proc = subprocess.Popen(
         [sys.executable, "-m", "gelbridge", "dev", "postgres", "--port", str(port)],
@@ -33,9 +33,9 @@ def test_dev_postgres_command_prints_its_url_and_stops_on_sigterm(tmp_path: Path
         assert line, f"no ready line; stderr: {(tmp_path / 'stderr.txt').read_text()[-2000:]}"
         url = json.loads(line)["url"]
         assert url == f"postgresql://gelbridge@127.0.0.1:{port}/gelbridge"
-        with PostgresStore(url) as store:
-            store.set_cursor("src", 7)
-            assert store.get_cursor("src") == 7
+        async with PostgresStore(url) as store:
+            await store.set_cursor("src", 7)
+            assert await store.get_cursor("src") == 7
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=30) == 0
         assert proc.stdout is not None and proc.stdout.read() == ""  # exactly one line

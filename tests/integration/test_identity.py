@@ -46,7 +46,7 @@ async def test_a_did_alone_finds_its_pds_through_the_plc_and_the_worker_answers(
         model_server.enqueue(Turn(text="found you"))
         k = await app.send("where are you?", conversation=new_tid())
         _rec, content = await app.wait_status(f"{k}.r0", "complete", timeout=60)
-        saved = worker.store.load_session(f"|{pds_account.did}")
+        saved = await worker.store.load_session(f"|{pds_account.did}")
     assert text_of(content) == "found you"
     assert saved is not None and saved["pds"] == dev_pds.pds_url.rstrip("/")  # `gelbridge status` shows it
 

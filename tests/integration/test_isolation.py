@@ -113,7 +113,7 @@ async def test_a_reused_call_id_is_its_own_call_in_each_conversation_and_account
             await wa.wait_idle(10)
             await wb.wait_idle(10)
     finally:
-        store.close()
+        await store.aclose()
     ran = executions(counting[0])
     assert sorted(x for _, x, _ in ran) == ["A-c1", "A-c2", "B-c1", "B-c2"]  # four calls, each its own input
     for (who, conv_name), content in replies.items():
@@ -123,7 +123,7 @@ async def test_a_reused_call_id_is_its_own_call_in_each_conversation_and_account
         assert text_of(content) == f"done {who}-{conv_name}"
     assert {token_of(r.output) for c in replies.values() for _, r in pairs(c)} == {t for _, _, t in ran}
     with SqliteStore.open_dir(state) as s:
-        rows = s._read("SELECT account, conversation FROM tool_calls")
+        rows = await s._read("SELECT account, conversation FROM tool_calls")
         assert len(rows) == 4 and len(set(rows)) == 4
 
 

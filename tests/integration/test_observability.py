@@ -175,7 +175,7 @@ async def test_a_bridge_of_two_accounts_answers_readyz_and_metrics_per_account_a
     assert waiting.status_code == 503 and "a: source not connected" in waiting.text and "b:" in waiting.text
     assert "hello" not in page
 
-    res = CliRunner().invoke(cli, ["status", "--config", str(cfg), "--json"])
+    res = await asyncio.to_thread(CliRunner().invoke, cli, ["status", "--config", str(cfg), "--json"])
     assert res.exit_code == 0, res.output
     rep = json.loads(res.output)
     by_name = {a["name"]: a for a in rep["accounts"]}
@@ -184,5 +184,5 @@ async def test_a_bridge_of_two_accounts_answers_readyz_and_metrics_per_account_a
         assert by_name[n]["handle"] == a.handle and by_name[n]["points"]["last_hour"] >= 4
         assert [t["status"] for t in by_name[n]["turns"]] == ["complete"] and by_name[n]["turns"][0]["points"] >= 4
         assert isinstance(by_name[n]["cursor"], int)  # the one firehose subscription's cursor, both DIDs
-    text = CliRunner().invoke(cli, ["status", "--config", str(cfg)]).output
+    text = (await asyncio.to_thread(CliRunner().invoke, cli, ["status", "--config", str(cfg)])).output
     assert "account   a: " in text and "account   b: " in text and "in the last hour" in text

@@ -40,7 +40,7 @@ async def test_second_turn_reads_the_first_from_the_cache(
         k1 = await app.send("two", conversation=conv, parent=f"{k0}.r0")
         await app.wait_status(f"{k1}.r0", "complete")
         await worker.wait_idle(10)
-        second, first = worker.store.recent_turns(2, account=app.did)
+        second, first = await worker.store.recent_turns(2, account=app.did)
         exposition = worker.metrics.exposition().decode()
     assert first.cached_tokens == 0 and first.cache_write_tokens == first.input_tokens
     assert second.input_tokens is not None and second.cached_tokens is not None

@@ -26,7 +26,7 @@ from gelbridge._dev.model_server import ModelServer, RecordedRequest, ToolCall, 
 from gelbridge._dev.pds import AccountInfo, DevPds
 from gelbridge._records import PlainContent, TextPart, ToolApprovalPart, ToolCallPart, ToolResultPart, new_tid
 from gelbridge._sealing import Keyring
-from gelbridge._state import CallRef, SqliteStore, StateStore, call_key
+from gelbridge._state import DB_FILENAME, CallRef, SqliteStore, StateStore, call_key
 
 from .conftest import App, make_settings, running_worker, text_of
 from .worker_proc import COUNTING_SERVER, WorkerProc, counting_mcp_toml, start_worker, write_config
@@ -187,8 +187,8 @@ async def test_one_answer_approves_denies_and_leaves_a_call_unanswered(
         r2, c2 = await app.wait_status(f"{k2}.r0", "complete", timeout=WAIT)
         await worker.wait_idle(10)
         for cid in ("n2", "n3"):
-            assert worker.store.get_tool_call(CallRef(app.did, conv, cid)) is None  # denied: never journaled
-        assert worker.store.get_tool_call(CallRef(app.did, conv, "n1")).finished
+            assert await worker.store.get_tool_call(CallRef(app.did, conv, cid)) is None  # denied: never journaled
+        assert (await worker.store.get_tool_call(CallRef(app.did, conv, "n1"))).finished
 
     got = pairs(c2)
     assert [(c.call_id, c.approval) for c, _ in got] == [("n1", "approved"), ("n2", "denied"), ("n3", "denied")]
@@ -268,13 +268,23 @@ async def test_approvals_for_calls_that_are_not_waiting_are_ignored_logged_and_n
 
 def journal(state_dir: Path, call_id: str) -> Any:
     """The tool journal's entry for ``call_id`` in any conversation (read next to a running
-    or killed worker; the tests use each id in one conversation)."""
-    with SqliteStore.open_dir(state_dir) as store:
-        return journal_entry(store, call_id)
+    or killed worker, straight from its SQLite file; the tests use each id in one conversation)."""
+    import sqlite3
+
+    db = sqlite3.connect(state_dir / DB_FILENAME, timeout=10)
+    try:
+        rows = db.execute(f"SELECT {StateStore._JOURNAL_COLS} FROM tool_calls WHERE call_key = ?",
+                          (call_key(call_id),)).fetchall()
+    finally:
+        db.close()
+    assert len(rows) <= 1, f"call id {call_id} journaled in {len(rows)} conversations"
+    return StateStore._entry(rows[0]) if rows else None
 
 
-def journal_entry(store: StateStore, call_id: str) -> Any:
-    rows = store._read(f"SELECT {store._JOURNAL_COLS} FROM tool_calls WHERE call_key = ?", (call_key(call_id),))
+async def journal_entry(store: StateStore, call_id: str) -> Any:
+    """The same, through an open store."""
+    rows = await store._read(f"SELECT {store._JOURNAL_COLS} FROM tool_calls WHERE call_key = ?",
+                             (call_key(call_id),))
     assert len(rows) <= 1, f"call id {call_id} journaled in {len(rows)} conversations"
     return store._entry(rows[0]) if rows else None
 
@@ -384,7 +394,7 @@ async def test_killed_while_the_approved_call_runs_it_is_not_run_again_but_answe
     assert entry is not None and not entry.finished  # begun, not finished: the tool blocks
     w1.kill()
     with SqliteStore.open_dir(rig.state) as store:
-        assert [(e.conversation, e.call_key) for e in store.unfinished_tool_calls(app.did)] == [
+        assert [(e.conversation, e.call_key) for e in await store.unfinished_tool_calls(app.did)] == [
             (rig.conv, call_key("g1"))]
     rec, _ = await app.wait_status(f"{k2}.r0", {"pending", "streaming"}, timeout=5)
     rig.gate_file.touch()  # were the call run again, it would now finish and be counted

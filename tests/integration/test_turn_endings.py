@@ -145,7 +145,7 @@ async def test_a_final_write_the_pds_refuses_ends_in_a_minimal_error_and_the_mod
     assert rec.usage is not None and rec.usage.output_tokens == 20
     assert len(model_server.requests) == 1  # never asked again
     with SqliteStore.open_dir(tmp_path / "state") as store:
-        claim = store.get_claim(app.did, f"{k}.r0")
+        claim = await store.get_claim(app.did, f"{k}.r0")
         assert claim is not None and (claim.status, claim.error_kind) == ("error", "write_refused")
 
 

@@ -58,7 +58,7 @@ async def test_web_search_ends_the_reply_with_its_sources(
         k = await app.send("what is the capital of france?", conversation=new_tid())
         rec, content = await app.wait_status(f"{k}.r0", "complete")
         await worker.wait_idle(10)
-        assert worker.store.unfinished_claims(app.did) == []  # no approval asked: the provider ran it
+        assert await worker.store.unfinished_claims(app.did) == []  # no approval asked: the provider ran it
     assert content is not None and text_of(content) == ANSWER.text
     assert [type(p) for p in content.parts] == [TextPart, SourcePart, SourcePart]  # each page once
     assert [(p.url, p.title) for p in content.parts[1:]] == [

@@ -57,7 +57,7 @@ async def test_malformed_and_undecryptable_messages_get_one_error_reply_and_othe
         rm, cm = await app.wait_status(f"{moved}.r0", "error")
         assert rm.error.kind == "decrypt_failed" and rm.is_sealed and cm.parts == []
         await worker.wait_idle(10)
-        kinds = {e.kind for e in worker.store.recent_errors()}
+        kinds = {e.kind for e in await worker.store.recent_errors()}
         assert {"bad_record", "decrypt_failed"} <= kinds
         cids = {k: (await app.pds.get_record(MESSAGE_COLLECTION, f"{k}.r0"))[0] for k in (bad, unknown, moved)}
 
@@ -121,16 +121,16 @@ async def test_pds_outage_during_a_turn_leaves_claim_that_is_finished_after_reco
             # so the reply can only be finished by recovery after the PDS is back.
             for _ in range(600):  # bounded: 60 s
                 if any(e.kind == "write_failed" and e.record_key == f"{k}.r0"
-                       for e in worker.store.recent_errors()):
+                       for e in await worker.store.recent_errors()):
                     break
                 await asyncio.sleep(0.1)
             else:
                 pytest.fail("the turn never gave up its final write during the outage")
-            assert [c.reply_rkey for c in worker.store.unfinished_claims(app.did)] == [f"{k}.r0"]
+            assert [c.reply_rkey for c in await worker.store.unfinished_claims(app.did)] == [f"{k}.r0"]
             await proxy.restore()
             _, content = await app.wait_status(f"{k}.r0", "complete", timeout=60)
             assert text_of(content) == "You said: answer through an outage"
             assert await app.replies_of(k) == [f"{k}.r0"]
-            assert worker.store.get_claim(app.did, f"{k}.r0").status == "complete"
+            assert (await worker.store.get_claim(app.did, f"{k}.r0")).status == "complete"
     finally:
         await proxy.aclose()

@@ -36,7 +36,7 @@ async def test_worker_killed_mid_stream_is_restarted_and_leaves_one_complete_rep
     w1.kill()
     rec, _ = await app.wait_status(f"{k}.r0", "streaming", timeout=2)  # left unfinished by the crash
     with SqliteStore.open_dir(tmp_path / "state") as store:
-        assert [c.reply_rkey for c in store.unfinished_claims(app.did)] == [f"{k}.r0"]
+        assert [c.reply_rkey for c in await store.unfinished_claims(app.did)] == [f"{k}.r0"]
 
     w2 = WorkerProc(cfg, pds_account, tmp_path / "w2.log")
     procs.append(w2)
@@ -47,8 +47,8 @@ async def test_worker_killed_mid_stream_is_restarted_and_leaves_one_complete_rep
     assert "1 unfinished resumed" in w2.stdout or "claim(s) recovered" in w2.stdout
     assert w2.terminate() == 0
     with SqliteStore.open_dir(tmp_path / "state") as store:
-        assert store.unfinished_claims(app.did) == []
-        assert store.get_claim(app.did, f"{k}.r0").status == "complete"
+        assert await store.unfinished_claims(app.did) == []
+        assert (await store.get_claim(app.did, f"{k}.r0")).status == "complete"
     assert "logged in" not in (tmp_path / "w2.log").read_text()  # the session was resumed
 
 
@@ -65,7 +65,7 @@ async def test_restart_resumes_from_cursor_answering_messages_written_while_down
     await app.wait_status(f"{a}.r0", "complete")
     assert w1.terminate() == 0
     with SqliteStore.open_dir(tmp_path / "state") as store:
-        cursor1 = store.get_cursor(f"firehose:{dev_pds.pds_url.rstrip('/')}:{app.did}")
+        cursor1 = await store.get_cursor(f"firehose:{dev_pds.pds_url.rstrip('/')}:{app.did}")
     assert isinstance(cursor1, int) and cursor1 > 0
 
     b = await app.send("message B", conversation=conv, parent=f"{a}.r0")
@@ -87,7 +87,7 @@ async def test_restart_resumes_from_cursor_answering_messages_written_while_down
         assert await app.replies_of(m) == [f"{m}.r0"]
     assert w2.terminate() == 0
     with SqliteStore.open_dir(tmp_path / "state") as store:
-        cursor2 = store.get_cursor(f"firehose:{dev_pds.pds_url.rstrip('/')}:{app.did}")
+        cursor2 = await store.get_cursor(f"firehose:{dev_pds.pds_url.rstrip('/')}:{app.did}")
     assert isinstance(cursor2, int) and cursor2 > cursor1
 
 

@@ -268,7 +268,7 @@ async def test_conversation_and_settings_are_read_once_then_kept_current_by_thei
         await worker.wait_idle(10)
 
         # timings: PDS reads apart from bridge, in the state store and the per-turn line
-        turns = {t.reply_rkey: t for t in worker.store.recent_turns(10)}
+        turns = {t.reply_rkey: t for t in await worker.store.recent_turns(10)}
         assert all(turns[f"{m}.r0"].read_ms is not None for m in (k1, k2, k3, k4))
         assert turns[f"{k1}.r0"].read_ms > 0  # it read the conversation and settings records
     lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith(f"turn {k1}.r0 ")]

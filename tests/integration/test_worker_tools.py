@@ -92,7 +92,7 @@ async def test_auto_tool_loop_then_approval_runs_the_approved_call_exactly_once(
         assert ran == [{"text": "hi"}]
         assert c3.parts[1].call_id == "n1" and c3.parts[1].output == result.output
         await worker.wait_idle(10)
-        entry = journal_entry(worker.store, "n1")
+        entry = await journal_entry(worker.store, "n1")
         assert entry is not None and entry.finished
 
 

@@ -31,7 +31,7 @@ async def test_sealed_message_gets_sealed_reply_that_opens_to_model_text(
         assert rec.model is not None and (rec.model.provider, rec.model.id) == ("local", "echo-1")
         assert rec.finish_reason == "stop" and rec.updated_at is not None
         assert rec.usage is not None and rec.usage.output_tokens
-        assert worker.store.get_claim(app.did, f"{k}.r0").status == "complete"
+        assert (await worker.store.get_claim(app.did, f"{k}.r0")).status == "complete"
     turns = worker.reports
     assert [r.status for r in turns] == ["complete"]
 

@@ -72,14 +72,14 @@ async def test_records_in_order_cursor_saved_and_replays_after_reconnect_dedupli
             srv.publish(ev(i))
         srv.publish(ev(6, did=OTHER))                        # the server filters it out (wantedDids)
         srv.publish(ev(7, collection="app.bsky.feed.post"))  # and this (wantedCollections)
-        store.set_cursor(jetstream_cursor_key(srv.url), T0 - 1)  # resume from before event 0
+        await store.set_cursor(jetstream_cursor_key(srv.url), T0 - 1)  # resume from before event 0
         src = JetstreamSource(srv.url, [ME], store, handler, rewind_seconds=1.5, backoff_base=0.01, backoff_cap=0.05)
         async with running(src):
             await wait_for(lambda: len(got) >= 6 and src.connects >= 3)
     assert [r.rkey for r in got] == [f"3mk{i:09d}2" for i in range(6)]  # each once, in order
     assert src.duplicates > 0  # the rewind replayed events that were already handled
     assert all(r.did == ME and r.collection == MSG for r in got)
-    assert store.get_cursor(src.key) == T0 + 5 * 1_000_000
+    assert await store.get_cursor(src.key) == T0 + 5 * 1_000_000
     first, second = srv.requests[0], srv.requests[1]
     assert first["wantedDids"] == [ME] and first["wantedCollections"] == ["chat.gel.assistant.*"]
     assert int(first["cursor"][0]) == T0 - 1 - 1_500_000
@@ -95,7 +95,7 @@ async def test_a_new_source_resumes_from_the_saved_cursor_and_skips_seen_events(
     async with JetstreamServer() as srv:
         for i in range(3):
             srv.publish(ev(i))
-        store.set_cursor(jetstream_cursor_key(srv.url), T0 - 1)
+        await store.set_cursor(jetstream_cursor_key(srv.url), T0 - 1)
         for round_ in range(2):
             src = JetstreamSource(srv.url, [ME], store, handler, rewind_seconds=60)
             async with running(src):
@@ -122,13 +122,13 @@ async def test_a_transient_handler_failure_does_not_advance_past_the_event(store
 
     async with JetstreamServer() as srv:
         srv.publish(ev(0))
-        store.set_cursor(jetstream_cursor_key(srv.url), T0 - 1)
+        await store.set_cursor(jetstream_cursor_key(srv.url), T0 - 1)
         src = JetstreamSource(srv.url, [ME], store, handler, rewind_seconds=0, backoff_base=0.01, backoff_cap=0.05)
         with pytest.raises(PdsUnavailable):
             await src.handle_message(json.dumps(ev(0)))
-        assert store.get_cursor(src.key) == T0 - 1 and not store.was_seen(ME, "3mk0000000002", "bafycid0")
+        assert await store.get_cursor(src.key) == T0 - 1 and not await store.was_seen(ME, "3mk0000000002", "bafycid0")
         await src.handle_message(json.dumps(ev(0)))
-        assert calls == ["3mk0000000002"] * 2 and store.get_cursor(src.key) == T0
+        assert calls == ["3mk0000000002"] * 2 and await store.get_cursor(src.key) == T0
 
 
 async def test_a_record_the_handler_can_never_take_is_skipped_and_does_not_hold_the_stream(
@@ -144,12 +144,12 @@ async def test_a_record_the_handler_can_never_take_is_skipped_and_does_not_hold_
     async with JetstreamServer() as srv:
         for i in range(3):
             srv.publish(ev(i))
-        store.set_cursor(jetstream_cursor_key(srv.url), T0 - 1)
+        await store.set_cursor(jetstream_cursor_key(srv.url), T0 - 1)
         src = JetstreamSource(srv.url, [ME], store, handler, backoff_base=0.01, backoff_cap=0.05)
         async with running(src):
             await wait_for(lambda: len(got) == 2)
     assert got == ["3mk0000000002", "3mk0000000022"] and src.skipped == 1 and src.connects == 1
-    assert store.get_cursor(src.key) == T0 + 2_000_000
+    assert await store.get_cursor(src.key) == T0 + 2_000_000
 
 
 async def test_a_record_the_handler_cannot_take_yet_is_retried_by_reconnecting_and_the_watch_goes_on(
@@ -170,7 +170,7 @@ async def test_a_record_the_handler_cannot_take_yet_is_retried_by_reconnecting_a
     async with JetstreamServer() as srv:
         for i in range(3):
             srv.publish(ev(i))
-        store.set_cursor(jetstream_cursor_key(srv.url), T0 - 1)
+        await store.set_cursor(jetstream_cursor_key(srv.url), T0 - 1)
         src = JetstreamSource(srv.url, [ME], store, handler, rewind_seconds=5, backoff_base=0.01, backoff_cap=0.05)
         async with running(src) as task:
             await wait_for(lambda: len(got) == 3)
@@ -179,7 +179,7 @@ async def test_a_record_the_handler_cannot_take_yet_is_retried_by_reconnecting_a
             assert not task.done()
     assert failed == 3 and src.connects == 4  # one connection per failure, then the one that got through
     assert got == [f"3mk{i:09d}2" for i in range(4)]  # each once, in order: replays were dropped as seen
-    assert src.duplicates == 3 and store.get_cursor(src.key) == T0 + 3_000_000
+    assert src.duplicates == 3 and await store.get_cursor(src.key) == T0 + 3_000_000
 
 
 async def test_reconnects_with_bounded_backoff_when_refused(store: StateStore) -> None:
@@ -203,7 +203,7 @@ async def test_a_reconnect_tells_the_workers_and_counts_and_the_first_connect_do
     async with JetstreamServer(close_after=2) as srv:
         for i in range(4):
             srv.publish(ev(i))
-        store.set_cursor(jetstream_cursor_key(srv.url), T0 - 1)
+        await store.set_cursor(jetstream_cursor_key(srv.url), T0 - 1)
         src = JetstreamSource(srv.url, [ME], store, handler, rewind_seconds=0.5, backoff_base=0.01,
                               backoff_cap=0.05, on_reconnect=lambda: told.append(src.connects))
         assert src.dids == {ME} and src.reconnects == 0 and src.last_event_at is None

@@ -1,6 +1,7 @@
-"""Both state backends, for the one store suite: ``open_store()`` opens a store at the
-test's own location (a SQLite file, or a fresh Postgres database); calling it again
-opens the same state again, as a restarted or second worker would."""
+"""Both state backends, for the one store suite: ``async with open_store() as s`` opens a
+store at the test's own location (a SQLite file, or a fresh Postgres database); opening
+it again opens the same state again, as a restarted or second worker would
+(``await open_store().open()`` outside ``async with``)."""
 
 from __future__ import annotations
 
@@ -25,10 +26,16 @@ def where(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     return url
 
 
+class _Sqlite(SqliteStore):
+    async def open(self) -> _Sqlite:  # the same call as PostgresStore's (a file opens at once)
+        return self
+
+
 def open_at(where: str, **kw: Any) -> StateStore:
+    """A store at ``where``: a Postgres one connects in ``open()`` or ``async with``."""
     if where.startswith("postgresql://"):
         return PostgresStore(where, **kw)
-    return SqliteStore(where, **kw)
+    return _Sqlite(where, **kw)
 
 
 @pytest.fixture

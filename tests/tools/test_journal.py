@@ -41,7 +41,7 @@ async def test_a_call_runs_once_across_regenerations_and_results_are_sealed(tmp_
         (again,) = await execute_journaled([call], reg, store, reply_rkey="m.r1", **kw)
         assert counter["runs"] == 1
         assert first.output == again.output == "sent secret-payload-1" and not again.is_error
-        entry = store.get_tool_call(CallRef("did:a", "conv", "call_1"))
+        entry = await store.get_tool_call(CallRef("did:a", "conv", "call_1"))
         assert entry is not None and b"secret-payload" not in (entry.sealed_result or b"")
     for f in tmp_path.iterdir():
         assert b"secret-payload" not in f.read_bytes(), f
@@ -51,7 +51,7 @@ async def test_interrupted_call_is_not_rerun(tmp_path: Path) -> None:
     counter = {"runs": 0}
     reg = counting_registry(counter)
     with SqliteStore(tmp_path / "s.db") as store:
-        store.begin_tool_call(CallRef("did:a", "conv", "call_2"), "m.r0", "send",
+        await store.begin_tool_call(CallRef("did:a", "conv", "call_2"), "m.r0", "send",
                               input_digest("send", '{"n": 2}'))  # then "crash"
         calls = [ToolCall("call_2", "send", '{"n": 2}', approved=True), ToolCall("call_3", "send", '{"n": 3}', approved=True)]
         out = await execute_journaled(
@@ -61,14 +61,14 @@ async def test_interrupted_call_is_not_rerun(tmp_path: Path) -> None:
         assert counter["runs"] == 1
         assert (out[0].output, out[0].is_error) == (INTERRUPTED_OUTPUT, True)
         assert out[1].output == "sent secret-payload-3"
-        assert store.get_tool_call(CallRef("did:a", "conv", "call_2")).finished  # type: ignore[union-attr]
+        assert (await store.get_tool_call(CallRef("did:a", "conv", "call_2"))).finished  # type: ignore[union-attr]
 
 
 async def test_unapproved_unknown_and_conflicting_calls_do_not_run(tmp_path: Path) -> None:
     counter = {"runs": 0}
     reg = counting_registry(counter)
     with SqliteStore(tmp_path / "s.db") as store:
-        store.begin_tool_call(CallRef("did:a", "conv", "reused"), "m.r0", "send", input_digest("send", '{"n": 9}'))
+        await store.begin_tool_call(CallRef("did:a", "conv", "reused"), "m.r0", "send", input_digest("send", '{"n": 9}'))
         calls = [
             ToolCall("a", "send", '{"n": 1}'),
             ToolCall("b", "nope", "{}", approved=True),
@@ -80,8 +80,8 @@ async def test_unapproved_unknown_and_conflicting_calls_do_not_run(tmp_path: Pat
         )
         assert counter["runs"] == 0 and all(o.is_error for o in out)
         assert [o.call_id for o in out] == ["a", "b", "reused"]
-        assert store.get_tool_call(CallRef("did:a", "conv", "a")) is None
-        assert store.get_tool_call(CallRef("did:a", "conv", "b")) is None
+        assert await store.get_tool_call(CallRef("did:a", "conv", "a")) is None
+        assert await store.get_tool_call(CallRef("did:a", "conv", "b")) is None
 
 
 async def test_one_call_id_in_two_conversations_and_two_accounts_runs_four_times(tmp_path: Path) -> None:

@@ -138,8 +138,12 @@ async def following(frames: list[bytes], store: Any, handler: Any) -> AsyncItera
 
 
 async def eventually(cond: Any, limit: float = 10.0) -> None:
+    """Until ``cond()`` (or the coroutine it returns) is true; bounded."""
     for _ in range(int(limit / 0.01)):  # bounded
-        if cond():
+        got = cond()
+        if asyncio.iscoroutine(got):
+            got = await got
+        if got:
             return
         await asyncio.sleep(0.01)
 
@@ -159,10 +163,13 @@ async def test_firehose_retries_a_transient_failure_in_place_and_holds_the_curso
     async with following([delete_frame(1), delete_frame(2), delete_frame(3)], store, handler) as src:
         await eventually(lambda: calls.count(2) >= 3 and 3 in calls)
         assert calls.count(2) >= 3 and src.retries >= 2  # retried, not skipped
-        assert store.get_cursor(src.key) == 1  # 3 is done, but 2 is not: the cursor waits
+        assert await store.get_cursor(src.key) == 1  # 3 is done, but 2 is not: the cursor waits
         gate.set()
-        await eventually(lambda: store.get_cursor(src.key) == 3)
-        assert store.get_cursor(src.key) == 3
+        async def at_3() -> bool:
+            return await store.get_cursor(src.key) == 3
+
+        await eventually(at_3)
+        assert await store.get_cursor(src.key) == 3
     assert calls.count(1) == 1 and calls.count(3) == 1
 
 
@@ -183,7 +190,7 @@ async def test_firehose_skips_an_event_that_fails_for_good_and_stopping_keeps_a_
         await eventually(lambda: calls.count(3) >= 2)
     # leaving stopped it as the intake does: 3 was still retrying, so it was cancelled
     assert calls.count(1) == 1 and calls.count(2) == 1  # 1 was skipped, not retried
-    assert store.get_cursor(src.key) == 2 and not src._tasks  # 3 stays before the cursor: replayed on restart
+    assert await store.get_cursor(src.key) == 2 and not src._tasks  # 3 stays before the cursor: replayed on restart
 
 
 class ListingPds:

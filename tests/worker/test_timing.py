@@ -84,30 +84,30 @@ def v1_database(path: Path) -> None:
     raw.close()
 
 
-def test_migration_adds_read_ms_and_old_rows_read_as_null(tmp_path: Path) -> None:
+async def test_migration_adds_read_ms_and_old_rows_read_as_null(tmp_path: Path) -> None:
     p = tmp_path / DB_FILENAME
     v1_database(p)
     with SqliteStore(p) as s:
-        assert s.schema_version == SCHEMA_VERSION >= 2
-        s.record_turn(TurnTiming("3mnew.r0", "did:plc:a", "complete", 10, 20, 300, 40, read_ms=50))
-        new, old = s.recent_turns(2)
+        assert await s.schema_version() == SCHEMA_VERSION >= 2
+        await s.record_turn(TurnTiming("3mnew.r0", "did:plc:a", "complete", 10, 20, 300, 40, read_ms=50))
+        new, old = await s.recent_turns(2)
     assert (new.reply_rkey, new.read_ms, new.total_ms) == ("3mnew.r0", 50, 420)
     assert (old.reply_rkey, old.read_ms, old.total_ms) == ("3mold.r0", None, 10)
 
 
-def test_status_shows_read_and_a_dash_for_rows_without_it(tmp_path: Path) -> None:
+async def test_status_shows_read_and_a_dash_for_rows_without_it(tmp_path: Path) -> None:
     state = tmp_path / "state"
     state.mkdir()
     v1_database(state / DB_FILENAME)
     with SqliteStore.open_dir(state) as s:
-        s.record_turn(TurnTiming("3mnew.r0", "did:plc:a", "complete", 10, 20, 300, 40, read_ms=55))
+        await s.record_turn(TurnTiming("3mnew.r0", "did:plc:a", "complete", 10, 20, 300, 40, read_ms=55))
         settings = Settings.model_validate({"state": {"dir": str(state)}})
-        rep = status_report(settings, s)
+        rep = await status_report(settings, s)
     assert [(t["reply"], t["read_ms"], t["bridge_ms"]) for t in rep["accounts"][0]["turns"]] == [
         ("3mnew.r0", 55.0, 20.0), ("3mold.r0", None, 2.0)]
     cfg = tmp_path / "gelbridge.toml"
     cfg.write_text(f'[state]\ndir = "{state}"\n')
-    res = CliRunner().invoke(app, ["status", "--config", str(cfg)])
+    res = await asyncio.to_thread(CliRunner().invoke, app, ["status", "--config", str(cfg)])  # its own loop
     assert res.exit_code == 0, res.output
     lines = res.output.splitlines()
     header = next(line for line in lines if line.strip().startswith("recent turns"))

@@ -57,7 +57,7 @@ def three_accounts() -> dict[str, StandIn]:
 
 
 async def test_firehose_one_subscription_per_host_carrying_its_accounts(store: Any) -> None:
-    store.set_cursor(firehose_cursor_key("http://127.0.0.1:2", C), 41)
+    await store.set_cursor(firehose_cursor_key("http://127.0.0.1:2", C), 41)
     got = dict(watch_sources(WatchConfig(), three_accounts(), store, _ignore, firehose_in_flight=1))
     assert set(got) == {"firehose-http://127.0.0.1:1", "firehose-http://127.0.0.1:2"}
     one, two = got["firehose-http://127.0.0.1:1"], got["firehose-http://127.0.0.1:2"]
@@ -65,6 +65,8 @@ async def test_firehose_one_subscription_per_host_carrying_its_accounts(store: A
     assert one.dids == {A, B} and two.dids == {C}
     # one DID: the key gelbridge run and gelbridge status use; several: all of them
     assert one.key == f"firehose:http://127.0.0.1:1:{A}+{B}" and two.key == f"firehose:http://127.0.0.1:2:{C}"
+    await one.load_cursor()
+    await two.load_cursor()  # what run() does first
     assert one.cursor is None and two.cursor == 41  # resumes from the saved low-water mark
     assert one._slots._value == 1  # in seq order, one at a time
 
@@ -159,7 +161,7 @@ async def test_stopping_lets_records_in_flight_finish_and_saves_their_cursor(sto
         src._tasks.add(t)
         t.add_done_callback(src._tasks.discard)
     await stop_tasks([], [src])
-    assert handled == [5, 6] and store.get_cursor(src.key) == 6
+    assert handled == [5, 6] and await store.get_cursor(src.key) == 6
 
 
 async def _ignore(rec: IncomingRecord) -> None:

@@ -91,21 +91,21 @@ def test_relay_limits_apply_to_a_self_hosted_pds_and_not_to_bluesky_or_loopback(
         Settings.model_validate({"relay": {"events_per_hour": 0}})
 
 
-def test_turns_keep_their_points_and_status_sums_them_by_hour_and_day(tmp_path: Path) -> None:
+async def test_turns_keep_their_points_and_status_sums_them_by_hour_and_day(tmp_path: Path) -> None:
     clock = Clock()
     did = "did:plc:pointsaaaaaaaaaaaaaaaaa"
     with SqliteStore.open_dir(tmp_path, clock=clock) as s:
-        assert s.schema_version == SCHEMA_VERSION >= 4
-        s.save_session("http://pds.test|bot.test", {"did": did, "handle": "bot.test", "accessJwt": "a",
+        assert await s.schema_version() == SCHEMA_VERSION >= 4
+        await s.save_session("http://pds.test|bot.test", {"did": did, "handle": "bot.test", "accessJwt": "a",
                                                     "refreshJwt": "r"})
         for ago, points in ((7200, 30), (1800, 6), (60, 4)):
-            s.record_turn(TurnTiming(f"3m{ago}.r0", did, "complete", 1, 2, 3, 4, at=clock.t - ago, points=points))
-        s.record_turn(TurnTiming("3mother.r0", "did:plc:other", "complete", 1, 2, 3, 4, points=100))
-        s.save_write_budget(did, 5000, 4321, clock.t + 900)
-        assert s.points_since(did, clock.t - 3600) == 10 and s.points_since(did, clock.t - 86400) == 40
+            await s.record_turn(TurnTiming(f"3m{ago}.r0", did, "complete", 1, 2, 3, 4, at=clock.t - ago, points=points))
+        await s.record_turn(TurnTiming("3mother.r0", "did:plc:other", "complete", 1, 2, 3, 4, points=100))
+        await s.save_write_budget(did, 5000, 4321, clock.t + 900)
+        assert await s.points_since(did, clock.t - 3600) == 10 and await s.points_since(did, clock.t - 86400) == 40
         settings = Settings.model_validate({"state": {"dir": str(tmp_path)},
                                             "account": {"pds": "http://pds.test", "identifier": "bot.test"}})
-        rep = status_report(settings, s, now=clock.t)
+        rep = await status_report(settings, s, now=clock.t)
     [acct] = rep["accounts"]
     assert acct["points"] == {"last_hour": 10, "last_day": 40}
     assert acct["budget"]["remaining"] == 4321 and acct["budget"]["limit"] == 5000
