@@ -55,6 +55,7 @@ from gelbridge._state._store import Db
 log = logging.getLogger("gelbridge.fleet")
 
 CLOCK_DRIFT = 0.01  # the share of a lease a worker's clock may run slow against the database's
+RETRY_CAP = 300.0  # seconds at most between two tries of one worker at an account it failed to serve
 
 
 def lease_key(account: Settings) -> str:
@@ -136,8 +137,9 @@ class LeaseBook:
             for key in self.keys:
                 await db.execute("INSERT INTO leases (account) VALUES (?) ON CONFLICT DO NOTHING", (key,))
 
-    async def beat(self, held: Mapping[str, Lease], *, take: bool = True) -> Beat:
-        """Renew the member row and ``held``; take free leases up to the fair share."""
+    async def beat(self, held: Mapping[str, Lease], *, take: bool = True, skip: frozenset[str] = frozenset()) -> Beat:
+        """Renew the member row and ``held``; take free leases up to the fair share (none
+        of ``skip``: accounts this member failed to serve a moment ago)."""
         sent = time.monotonic()
         valid_until = sent + self.seconds * (1 - CLOCK_DRIFT)
         secs = self.seconds
@@ -159,9 +161,9 @@ class LeaseBook:
                     row[0]: int(row[1]) for row in (await db.execute(
                         "UPDATE leases SET owner = ?, epoch = epoch + 1, expires_at = now() + make_interval(secs => ?) "
                         "WHERE account IN (SELECT account FROM leases WHERE account = ANY(?) "
-                        "AND (owner IS NULL OR expires_at <= now()) ORDER BY account LIMIT ? "
-                        "FOR UPDATE SKIP LOCKED) RETURNING account, epoch",
-                        (self.member, secs, self.keys, share - len(renewed)))).rows
+                        "AND (owner IS NULL OR expires_at <= now()) AND NOT account = ANY(?) ORDER BY account "
+                        "LIMIT ? FOR UPDATE SKIP LOCKED) RETURNING account, epoch",
+                        (self.member, secs, self.keys, sorted(skip), share - len(renewed)))).rows
                 }
             nxt = (await db.execute(
                 "SELECT EXTRACT(EPOCH FROM (LEAST("
@@ -268,6 +270,13 @@ class Fleet:
             raise ConfigError("a fleet follows each account's own PDS: set [watch] source = \"firehose\" or \"poll\" "
                               "(Jetstream with [state] url is not supported yet)")
         self.served: dict[str, _Served] = {}
+        #: accounts being handed over: their leases are still renewed (their replies may
+        #: write until the grace ends), then released; never served again meanwhile
+        self.leaving: dict[str, _Served] = {}
+        self._stopping: set[asyncio.Task[None]] = set()
+        #: accounts whose bridge failed here (login refused, PDS down): not taken again by
+        #: this worker until then (time.monotonic()), doubling up to RETRY_CAP
+        self._cooldown: dict[str, tuple[float, float]] = {}
         self._feeds: dict[str, _HostFeed] = {}  # PDS URL -> its subscription (firehose)
         self._routes: dict[str, Any] = {}  # DID -> the bridge serving it here
         self.beats = 0
@@ -307,7 +316,9 @@ class Fleet:
             while not stop.is_set():
                 wait = self.interval
                 try:
-                    beat = await book.beat({k: s.lease for k, s in self.served.items()})
+                    now = time.monotonic()
+                    skip = frozenset(k for k, (until, _) in self._cooldown.items() if until > now)
+                    beat = await book.beat(self._held(), skip=skip)
                 except (StateError, LeaseLost) as e:
                     failing += 1
                     if failing == 1 or failing % 60 == 0:  # once, then about once a minute
@@ -331,7 +342,7 @@ class Fleet:
                 except TimeoutError:
                     pass
         finally:
-            await self._hand_over(list(self.served), book)
+            await self._leave_all(book)
             await self._stop_feeds()
             try:
                 await book.leave()
@@ -346,13 +357,16 @@ class Fleet:
 
     # --- what a beat changes -----------------------------------------------------------------
 
+    def _held(self) -> dict[str, Lease]:
+        return {k: s.lease for k, s in (*self.served.items(), *self.leaving.items())}
+
     async def _apply(self, beat: Beat, book: LeaseBook, say: Any) -> None:
         for key in beat.lost:
-            served = self.served.pop(key, None)
+            served = self.served.pop(key, None) or self.leaving.pop(key, None)
             if served is not None:
                 log.warning("fleet: lost the lease on %s; stopping at once", served.entry.label)
                 served.lease.revoke()
-                await self._stop(served, grace=0.0)
+                self._background(self._stop(served, grace=0.0))
         for key in beat.taken:
             entry = self._entries[key]
             self.served[key] = self._serve(entry, beat.held[key])
@@ -361,7 +375,7 @@ class Fleet:
         if extra > 0 and beat.members > 1:
             give = sorted(self.served)[-extra:]
             log.info("fleet: %d member(s) now; handing over %d account(s)", beat.members, extra)
-            await self._hand_over(give, book)
+            self._background(self._hand_over(give, book))
 
     async def _drop_expired(self) -> None:
         """No beat went through: stop serving every account whose lease ran out locally."""
@@ -373,7 +387,10 @@ class Fleet:
                             served.entry.label)
                 served.lease.revoke()
                 del self.served[key]
-                await self._stop(served, grace=0.0)
+                self._background(self._stop(served, grace=0.0))
+        for served in list(self.leaving.values()):
+            if served.lease.left() < served.lease.seconds / 3:
+                served.lease.revoke()  # its hand-over goes on; nothing more is written
 
     def _serve(self, entry: AccountEntry, lease: Lease) -> _Served:
         from gelbridge._bridge import Bridge
@@ -403,10 +420,13 @@ class Fleet:
         except LeaseLost:
             log.warning("fleet: %s stopped: the lease is gone", entry.label)
         except Exception as e:  # noqa: BLE001 - one account's failure never stops the others
-            log.error("fleet: serving %s failed (%s); the lease is released for another try", entry.label,
-                      type(e).__name__)
             for key, served in list(self.served.items()):
                 if served.bridge is bridge:
+                    _, last = self._cooldown.get(key, (0.0, 0.0))
+                    wait = min(RETRY_CAP, max(self.seconds, last * 2))
+                    self._cooldown[key] = (time.monotonic() + wait, wait)
+                    log.error("fleet: serving %s failed (%s); its lease is released, and this worker tries it "
+                              "again in %.0f s at the earliest", entry.label, type(e).__name__, wait)
                     served.lease.revoke()
                     del self.served[key]
                     try:
@@ -497,21 +517,46 @@ class Fleet:
         except Exception:  # noqa: BLE001 - logged by _run_bridge
             pass
 
+    def _background(self, work: Any) -> None:
+        """A stop or hand-over, off the heartbeat loop (a grace period must not stall beats)."""
+        task = asyncio.create_task(work)
+        self._stopping.add(task)
+        task.add_done_callback(self._stopping.discard)
+
     async def _hand_over(self, keys: list[str], book: LeaseBook) -> None:
-        """Stop serving ``keys`` gracefully (together), then give their leases back."""
+        """Stop serving ``keys`` gracefully (together), then give their leases back; their
+        leases are renewed meanwhile (``leaving``)."""
         leaving = [self.served.pop(k) for k in keys if k in self.served]
         if not leaving:
             return
-        grace = self.settings.worker.shutdown_grace
-        await asyncio.gather(*(self._stop(s, grace=grace) for s in leaving))
         for s in leaving:
-            s.lease.revoke()
+            self.leaving[s.lease.key] = s
         try:
-            await book.release([s.lease for s in leaving])
-        except GelbridgeError as e:
-            log.warning("fleet: releasing %d lease(s) failed (%s); they expire by themselves", len(leaving), e)
+            grace = self.settings.worker.shutdown_grace
+            await asyncio.gather(*(self._stop(s, grace=grace) for s in leaving))
+        finally:
+            for s in leaving:
+                s.lease.revoke()
+                self.leaving.pop(s.lease.key, None)
+            try:
+                await book.release([s.lease for s in leaving])
+            except GelbridgeError as e:
+                log.warning("fleet: releasing %d lease(s) failed (%s); they expire by themselves", len(leaving), e)
         for s in leaving:
             log.info("fleet: handed %s over", s.entry.label)
+
+    async def _leave_all(self, book: LeaseBook) -> None:
+        """Shutdown: hand every account over, beating (without taking) while replies get
+        their grace, so the leases stay valid for their last writes."""
+        self._background(self._hand_over(list(self.served), book))
+        while self._stopping:
+            await asyncio.wait(set(self._stopping), timeout=self.interval)
+            if self._stopping and self.leaving:
+                try:
+                    await book.beat(self._held(), take=False)
+                except (StateError, LeaseLost) as e:
+                    log.warning("fleet: heartbeat during the hand-over failed (%s)", e)
+                    await self._drop_expired()
 
     # --- what the health server looks at ----------------------------------------------------------
 

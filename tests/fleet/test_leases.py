@@ -136,3 +136,11 @@ async def test_a_revoked_lease_stops_writes_at_once_and_released_leases_are_free
 def test_a_fleet_needs_postgres(tmp_path: Path) -> None:
     with SqliteStore(tmp_path / "s.db") as store, pytest.raises(ConfigError, match=r"\[state\] url"):
         LeaseBook(store, "m", KEYS, 15.0)
+
+
+async def test_a_member_skips_the_accounts_it_just_failed_to_serve(postgres_url: str) -> None:
+    (a,) = await books(postgres_url, 1, seconds=30.0)
+    got = await a.beat({}, skip=frozenset({KEYS[0], KEYS[1]}))
+    assert sorted(got.taken) == KEYS[2:]  # the others may take those two meanwhile
+    got = await a.beat(got.held)
+    assert KEYS[0] in got.taken and KEYS[1] in got.taken  # the moment it no longer skips them
