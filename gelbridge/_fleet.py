@@ -274,6 +274,7 @@ class Fleet:
         #: write until the grace ends), then released; never served again meanwhile
         self.leaving: dict[str, _Served] = {}
         self._stopping: set[asyncio.Task[None]] = set()
+        self._book: LeaseBook | None = None  # while run() runs
         #: accounts whose bridge failed here (login refused, PDS down): not taken again by
         #: this worker until then (time.monotonic()), doubling up to RETRY_CAP
         self._cooldown: dict[str, tuple[float, float]] = {}
@@ -298,7 +299,7 @@ class Fleet:
 
         if self.store is None:
             self.store = await open_state(self.settings)
-        book = LeaseBook(self.store, self.member, list(self._entries), self.seconds)
+        book = self._book = LeaseBook(self.store, self.member, list(self._entries), self.seconds)
         listen = self.settings.observability.listen
         obs_task: asyncio.Task[None] | None = None
         if listen:
@@ -430,8 +431,8 @@ class Fleet:
                     served.lease.revoke()
                     del self.served[key]
                     try:
-                        if self.store is not None:
-                            await LeaseBook(self.store, self.member, [], self.seconds).release([served.lease])
+                        if self._book is not None:
+                            await self._book.release([served.lease])
                     except GelbridgeError:
                         pass
 

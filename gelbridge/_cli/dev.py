@@ -6,7 +6,9 @@ import json
 import signal
 import sys
 import threading
+from collections.abc import Callable
 from types import FrameType
+from typing import Any
 
 import typer
 
@@ -32,25 +34,11 @@ def pds_command(
     """
     from gelbridge._dev.pds import DevPds
 
-    stop = threading.Event()
-
-    def on_signal(signum: int, frame: FrameType | None) -> None:
-        stop.set()
-
-    old = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
     pds = DevPds()
-    try:
-        pds.start(port=port, timeout=timeout)
-        print(json.dumps({"pds": pds.pds_url, "plc": pds.plc_url}), flush=True)
-        print(f"dev PDS running at {pds.pds_url} (PLC {pds.plc_url}); Ctrl-C to stop", file=sys.stderr)
-        while not stop.wait(0.5):
-            if not pds.running:
-                print("error: the dev PDS exited unexpectedly", file=sys.stderr)
-                raise typer.Exit(1)
-    finally:
-        pds.stop()
-        for s, h in old.items():
-            signal.signal(s, h)
+    _serve_until_signal(
+        "the dev PDS", pds, lambda: pds.start(port=port, timeout=timeout),
+        lambda: {"pds": pds.pds_url, "plc": pds.plc_url},
+        lambda: f"dev PDS running at {pds.pds_url} (PLC {pds.plc_url}); Ctrl-C to stop")
 
 
 @dev_app.command("postgres")
@@ -67,22 +55,31 @@ def postgres_command(
     """
     from gelbridge._dev.postgres import DevPostgres
 
+    pg = DevPostgres()
+    _serve_until_signal(
+        "the dev PostgreSQL", pg, lambda: pg.start(port=port, timeout=timeout), lambda: {"url": pg.url},
+        lambda: f"dev PostgreSQL running at {pg.url}; Ctrl-C to stop")
+
+
+def _serve_until_signal(what: str, server: Any, start: Callable[[], object], ready: Callable[[], dict[str, str]],
+                        hint: Callable[[], str]) -> None:
+    """Start ``server``, print its one JSON ready line, run until SIGINT/SIGTERM or until
+    it exits by itself (exit 1), then stop it (its data goes with it)."""
     stop = threading.Event()
 
     def on_signal(signum: int, frame: FrameType | None) -> None:
         stop.set()
 
     old = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
-    pg = DevPostgres()
     try:
-        pg.start(port=port, timeout=timeout)
-        print(json.dumps({"url": pg.url}), flush=True)
-        print(f"dev PostgreSQL running at {pg.url}; Ctrl-C to stop", file=sys.stderr)
+        start()
+        print(json.dumps(ready()), flush=True)
+        print(hint(), file=sys.stderr)
         while not stop.wait(0.5):
-            if not pg.running:
-                print("error: the dev PostgreSQL exited unexpectedly", file=sys.stderr)
+            if not server.running:
+                print(f"error: {what} exited unexpectedly", file=sys.stderr)
                 raise typer.Exit(1)
     finally:
-        pg.stop()
+        server.stop()
         for s, h in old.items():
             signal.signal(s, h)
