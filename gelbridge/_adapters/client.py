@@ -30,7 +30,7 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from types import TracebackType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 from urllib.parse import urlsplit
 
 import orjson
@@ -446,11 +446,14 @@ class ModelClient:
                     t0 = perf()
                     try:
                         out = session.chunk(data)
-                        if not out:
+                        if isinstance(out, tuple):  # one text delta, from a Lux session only
+                            events = cast(LuxEventDecoder, decoder).piece(out)
+                        elif out:
+                            events = decoder.decode(loads_json(out, what))
+                        else:
                             skipped_bad += _skipped_frame(data, diags)
                             adapter_s += perf() - t0
                             continue
-                        events = decoder.decode(loads_json(out, what))
                     except AdapterError as e:
                         raise _attach(e, acc, diags + decoder.diagnostics, "adapter_error") from None
                     for ev in events:

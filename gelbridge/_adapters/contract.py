@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 
@@ -64,6 +64,9 @@ from gelbridge.lux import (
     strip_foreign_provider_data,
 )
 from gelbridge.lux._models import read_plain_response, request_json
+
+if TYPE_CHECKING:
+    from gelbridge._adapters.sandbox import TextPiece
 
 COMPLETION_FORMAT = "completion"
 LUX_FORMAT = "lux-ir-v1"
@@ -885,6 +888,12 @@ class LuxEventDecoder:
             out.append(ev)
         self.events_out += len(out)
         return out
+
+    def piece(self, piece: TextPiece) -> list[StreamEvent]:
+        """The one text or thinking delta that ``luxkit`` encoded for a chunk (what
+        ``decode`` gives for that JSON; ``LuaSandbox.open_stream``)."""
+        self.events_out += 1
+        return [BlockDelta(piece[1], _TEXT_DELTAS[piece[0]](piece[2]))]
 
     def finish(self) -> list[StreamEvent]:
         return [] if self.done else [DoneEvent()]

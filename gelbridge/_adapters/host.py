@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 import threading
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,7 +24,7 @@ from typing import Any
 from urllib.parse import quote
 
 from gelbridge._adapters.ids import ToolCallIdRule
-from gelbridge._adapters.sandbox import LuaSandbox, SandboxLimits
+from gelbridge._adapters.sandbox import LuaSandbox, SandboxLimits, TextPiece
 from gelbridge._adapters.script_services import AdapterServices
 from gelbridge._errors import AdapterError
 
@@ -33,13 +33,13 @@ POOL_WAIT_SECONDS = 30.0
 
 
 class _StreamHost:
-    """A runtime that holds the ``state`` tables of several streams; one chunk at a time."""
+    """A runtime that holds the ``state`` tables of several streams (lupa runs one call
+    into a runtime at a time)."""
 
-    __slots__ = ("rt", "lock", "sessions")
+    __slots__ = ("rt", "sessions")
 
     def __init__(self, rt: LuaSandbox) -> None:
         self.rt = rt
-        self.lock = threading.Lock()  # uncontended on one event loop: ~0.1 µs a chunk
         self.sessions = 0
 
 
@@ -203,7 +203,7 @@ class StreamSession:
     stream). Not thread-safe (one stream = one consumer). ``close()`` leaves the runtime.
     """
 
-    __slots__ = ("_adapter", "_pool", "_host", "_lock", "_rt", "_state", "_call")
+    __slots__ = ("_adapter", "_pool", "_host", "_rt", "_step")
 
     def __init__(self, adapter: Adapter) -> None:
         if not adapter.has_stream_transform:
@@ -212,30 +212,30 @@ class StreamSession:
         self._pool = adapter._pool
         host = self._pool.enter_stream()
         self._host: _StreamHost | None = host
-        self._lock = host.lock
         self._rt: LuaSandbox = host.rt
-        with self._lock:
-            self._state: Any = host.rt._rt.table()
-        # The sandbox's two-argument entry point passes (data, state) and keeps every
-        # limit; a nil result is refused like any non-string.
-        self._call: Any = host.rt.stream_caller("transform_stream_chunk")
+        try:
+            self._step: Callable[[str], str | TextPiece] | None = host.rt.open_stream(
+                "transform_stream_chunk", typed=adapter.format == "lux-ir-v1")
+        except BaseException:
+            self._host = None
+            self._pool.leave_stream(host)
+            raise
 
-    def chunk(self, data: str) -> str:
-        if self._host is None:
+    def chunk(self, data: str) -> str | TextPiece:
+        """The script's JSON text for one chunk, or the one text delta it encodes
+        (``TextPiece``, see ``LuaSandbox.open_stream``); "" for no event."""
+        step = self._step
+        if step is None:
             raise AdapterError(f"adapter {self._adapter.name!r}: stream session already closed")
-        with self._lock:
-            if self._rt.broken:
-                raise AdapterError(f"adapter {self._adapter.name!r}: the Lua runtime of this stream was reset "
-                                   "after a stream on it hit a sandbox limit; the stream cannot go on")
-            out: str = self._call(data, self._state)
-        return out
+        if self._rt.broken:
+            raise AdapterError(f"adapter {self._adapter.name!r}: the Lua runtime of this stream was reset "
+                               "after a stream on it hit a sandbox limit; the stream cannot go on")
+        return step(data)
 
     def close(self) -> None:
         host, self._host = self._host, None
         if host is not None:
-            with self._lock:
-                self._state = None  # collected with the runtime's next cycle
-            self._call = None
+            self._step = None  # the state table goes with the runtime's next cycle
             self._pool.leave_stream(host)
 
     def __enter__(self) -> StreamSession:

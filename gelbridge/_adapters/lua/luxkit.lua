@@ -34,7 +34,10 @@
 --                              OpenAI Chat Completions wire ("openai", "deepseek" or
 --                              "openrouter")
 
-local json, log = ...
+-- `delta`: a host-private table (never reachable from a script) where
+-- text_delta_json notes the last text it built and what it encodes, so the host can
+-- take a chunk's result that is exactly that text without decoding its JSON.
+local json, log, delta = ...
 
 local type, tostring, tonumber, select, next, pairs, getmetatable, error =
   type, tostring, tonumber, select, next, pairs, getmetatable, error
@@ -165,7 +168,9 @@ local function text_delta_json(e)
   local tail = TEXT_DELTA[t]
   if not tail or type(text) ~= "string" then return nil end
   if next(e, next(e, next(e, next(e)))) ~= nil or next(d, next(d, next(d))) ~= nil then return nil end
-  return '{"delta":{"text":' .. jencode(text) .. ',"type":"' .. t .. tail .. format("%d", idx) .. "}"
+  local s = '{"delta":{"text":' .. jencode(text) .. ',"type":"' .. t .. tail .. format("%d", idx) .. "}"
+  if delta then delta.json, delta.type, delta.index, delta.text = s, t, idx, text end
+  return s
 end
 
 -- Stream output: "" for no event, one event object, or an array of events.

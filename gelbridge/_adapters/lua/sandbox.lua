@@ -271,7 +271,10 @@ end
 -- its own runtime does not change luxkit.
 local luxkit_chunk = raw_load(luxkit_src, "=luxkit", "t")
 if jit_off then jit_off(luxkit_chunk, true) end
-local luxkit = freeze(luxkit_chunk(json, log), "luxkit")
+-- What luxkit's text_delta_json built last (see open_stream); only luxkit and this
+-- prelude hold it.
+local last_delta = {}
+local luxkit = freeze(luxkit_chunk(json, log, last_delta), "luxkit")
 
 local function safe_collectgarbage(opt)
   if opt == "count" then return raw_collect("count") end
@@ -447,4 +450,29 @@ local function invoke(kind, fname, dl, budget, a, b)
   return "ok", res
 end
 
-return load_script, invoke
+-- One stream's entry point: adapter[fname](data, state) with a `state` table of its
+-- own for the stream's whole life. Three arguments and no dispatch a chunk: this runs
+-- for every chunk of every stream (scripts/bench_scale.py). A result that is the very
+-- text luxkit.text_delta_json built last (one plain text or thinking delta, the bulk
+-- of a stream) comes back, when `typed`, as what it encodes: "delta", type, index,
+-- text. Equal strings have equal content: exactly what decoding the JSON would give.
+local function open_stream(fname, typed)
+  local f = adapter and adapter[fname]
+  if type(f) ~= "function" then return nil end
+  local state = {}
+  local noted_delta = typed and last_delta or {}
+  return function(dl, budget, data)
+    begin(dl, budget)
+    local ok, res = raw_xpcall(f, handler, data, state)
+    local st, v = finish(ok, res)
+    if st then return st, v end
+    local noted = noted_delta.json
+    if noted ~= nil and res == noted then
+      return "delta", noted_delta.type, noted_delta.index, noted_delta.text
+    end
+    if type(res) ~= "string" then return "type", type(res) end
+    return "ok", res
+  end
+end
+
+return load_script, invoke, open_stream
