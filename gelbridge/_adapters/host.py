@@ -197,13 +197,16 @@ class StreamSession:
     """One ``state`` table for a whole stream, in a runtime shared with other streams.
 
     ``chunk(data)`` calls ``transform_stream_chunk(data, state)``: ADAPTER.md scripts
-    ignore the second argument, ``lux-ir-v1`` scripts keep per-stream state in it. A
+    ignore the second argument, ``lux-ir-v1`` scripts keep per-stream state in it. It
+    returns the script's JSON text ("" for no event) or, for Lux output, the one text
+    delta that text encodes (``TextPiece``, ``LuaSandbox.open_stream``); it is the
+    sandbox's closure itself, with no method frame around it (it runs once a chunk). A
     sandbox limit that any stream on the runtime hits ends the runtime, and with it the
     streams on it (each with a clear error; ``streams_per_runtime = 1`` isolates every
     stream). Not thread-safe (one stream = one consumer). ``close()`` leaves the runtime.
     """
 
-    __slots__ = ("_adapter", "_pool", "_host", "_rt", "_step")
+    __slots__ = ("_adapter", "_pool", "_host", "chunk")
 
     def __init__(self, adapter: Adapter) -> None:
         if not adapter.has_stream_transform:
@@ -212,30 +215,22 @@ class StreamSession:
         self._pool = adapter._pool
         host = self._pool.enter_stream()
         self._host: _StreamHost | None = host
-        self._rt: LuaSandbox = host.rt
         try:
-            self._step: Callable[[str], str | TextPiece] | None = host.rt.open_stream(
+            # The sandbox's closure itself (no method frame around it): once per chunk.
+            self.chunk: Callable[[str], str | TextPiece] = host.rt.open_stream(
                 "transform_stream_chunk", typed=adapter.format == "lux-ir-v1")
         except BaseException:
             self._host = None
             self._pool.leave_stream(host)
             raise
 
-    def chunk(self, data: str) -> str | TextPiece:
-        """The script's JSON text for one chunk, or the one text delta it encodes
-        (``TextPiece``, see ``LuaSandbox.open_stream``); "" for no event."""
-        step = self._step
-        if step is None:
-            raise AdapterError(f"adapter {self._adapter.name!r}: stream session already closed")
-        if self._rt.broken:
-            raise AdapterError(f"adapter {self._adapter.name!r}: the Lua runtime of this stream was reset "
-                               "after a stream on it hit a sandbox limit; the stream cannot go on")
-        return step(data)
+    def _closed(self, data: str) -> str | TextPiece:
+        raise AdapterError(f"adapter {self._adapter.name!r}: stream session already closed")
 
     def close(self) -> None:
         host, self._host = self._host, None
         if host is not None:
-            self._step = None  # the state table goes with the runtime's next cycle
+            self.chunk = self._closed  # the state table goes with the runtime's next cycle
             self._pool.leave_stream(host)
 
     def __enter__(self) -> StreamSession:

@@ -264,8 +264,9 @@ class LuaSandbox:
         ``TextPiece`` when the script returned exactly the text ``luxkit`` built for one
         plain text or thinking delta
         (the bulk of every built-in adapter's stream): what that JSON encodes, without
-        copying and decoding it. This is the hot path of streaming, once per chunk: one
-        Python frame and a three-argument Lua entry (``scripts/bench_scale.py``)."""
+        copying and decoding it. Once the runtime is broken (a limit hit by any stream
+        on it), every call refuses. This is the hot path of streaming, once per chunk:
+        one Python frame and a three-argument Lua entry (``scripts/bench_scale.py``)."""
         step = self._open_stream(fname.encode(), typed)
         if step is None:
             raise AdapterError(f"adapter {self.adapter!r} has no function {fname}")
@@ -274,6 +275,9 @@ class LuaSandbox:
         monotonic, memory_error, lua_error = time.monotonic, self._memory_error, self._lua_error
 
         def chunk(data: str) -> str | TextPiece:
+            if self.broken:
+                raise AdapterError(f"adapter {self.adapter!r}: the Lua runtime of this stream was reset after "
+                                   "a stream on it hit a sandbox limit; the stream cannot go on")
             try:
                 out = step(monotonic() + time_limit, budget, data.encode("utf-8", "replace"))
             except memory_error:

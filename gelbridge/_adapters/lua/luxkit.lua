@@ -161,6 +161,13 @@ end
 -- The bulk of a stream is one text or thinking delta per chunk: its JSON is built
 -- directly, the same bytes jencode gives (sorted keys), without the generic walk.
 local TEXT_DELTA = { text = '"},"event":"block_delta","index":', thinking = '"},"event":"block_delta","index":' }
+-- t: "text" or "thinking"; idx: a block index (an integer in [0, 2^31)).
+local function delta_json(t, idx, text)
+  local s = '{"delta":{"text":' .. jencode(text) .. ',"type":"' .. t .. TEXT_DELTA[t] .. format("%d", idx) .. "}"
+  if delta then delta.json, delta.type, delta.index, delta.text = s, t, idx, text end
+  return s
+end
+
 local function text_delta_json(e)
   local d, idx = e.delta, e.index
   if type(d) ~= "table" or type(idx) ~= "number" or idx < 0 or idx >= 2147483648 or idx % 1 ~= 0 then return nil end
@@ -168,9 +175,7 @@ local function text_delta_json(e)
   local tail = TEXT_DELTA[t]
   if not tail or type(text) ~= "string" then return nil end
   if next(e, next(e, next(e, next(e)))) ~= nil or next(d, next(d, next(d))) ~= nil then return nil end
-  local s = '{"delta":{"text":' .. jencode(text) .. ',"type":"' .. t .. tail .. format("%d", idx) .. "}"
-  if delta then delta.json, delta.type, delta.index, delta.text = s, t, idx, text end
-  return s
+  return delta_json(t, idx, text)
 end
 
 -- Stream output: "" for no event, one event object, or an array of events.
@@ -604,6 +609,14 @@ end
 
 local FLAVORS = { openai = true, deepseek = true, openrouter = true }
 
+-- Whether nothing in a chunk after its content adds an event (no refusal, tool calls,
+-- finish reason or usage): the tests of transform_stream_chunk below, in one place.
+local function plain_tail(ch, choice, d)
+  if type(d.refusal) == "string" and d.refusal ~= "" then return false end
+  if type(d.tool_calls) == "table" or choice.finish_reason then return false end
+  return type(ch.usage or (type(ch.x_groq) == "table" and ch.x_groq.usage)) ~= "table"
+end
+
 -- A fresh table of the three transforms for one flavor (the caller may wrap them).
 local function openai_family(flavor)
   if not FLAVORS[flavor] then
@@ -769,6 +782,9 @@ local function openai_family(flavor)
       if type(c) == "string" and c ~= "" then
         close_block(events, state, "thinking")
         local idx = open_block(events, state, "text", "text")
+        if #events == 0 and plain_tail(ch, choice, d) then
+          return delta_json("text", idx, c) -- the bulk of a stream: no event tables
+        end
         events[#events + 1] = { event = "block_delta", index = idx, delta = { type = "text", text = c } }
       end
       if type(d.refusal) == "string" and d.refusal ~= "" then

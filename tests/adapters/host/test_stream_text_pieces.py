@@ -55,7 +55,7 @@ def _both(a: Adapter, chunks: list[str]) -> tuple[list[list[StreamEvent]], list[
     """The events of each chunk through the session (pieces taken) and through the
     same script's JSON (decoded as ever)."""
     session = a.stream_session()
-    plain = session._rt.open_stream("transform_stream_chunk", typed=False)
+    plain = session._host.rt.open_stream("transform_stream_chunk", typed=False)  # type: ignore[union-attr]
     fast, slow = LuxEventDecoder(provider="p", model="m"), LuxEventDecoder(provider="p", model="m")
     got: list[list[StreamEvent]] = []
     want: list[list[StreamEvent]] = []
@@ -119,3 +119,42 @@ def pieces_adapter(tmp_path_factory: pytest.TempPathFactory) -> Adapter:
 def test_any_text_round_trips_like_its_json(pieces_adapter: Adapter, deltas: list[tuple[str, int, str]]) -> None:
     got, want = _both(pieces_adapter, [f"{t}|{i}|{text}" for t, i, text in deltas])
     assert got == want
+
+
+def _openai_events(chunks: list[dict[str, object]]) -> list[StreamEvent]:
+    from gelbridge._adapters.registry import registry_from_settings
+    from gelbridge._config import Settings
+
+    a = registry_from_settings(Settings()).get("openai")
+    session, dec = a.stream_session(), LuxEventDecoder(provider="p", model="m")
+    events: list[StreamEvent] = []
+    for c in chunks:
+        out = session.chunk(orjson.dumps(c).decode())
+        events += dec.piece(out) if isinstance(out, tuple) else dec.decode(orjson.loads(out)) if out else []
+    session.close()
+    return events
+
+
+@pytest.mark.parametrize("tail", [
+    {"finish_reason": "stop"},
+    {"delta_extra": {"refusal": "no"}},
+    {"delta_extra": {"tool_calls": [{"index": 0, "id": "call_1", "function": {"name": "f", "arguments": "{}"}}]}},
+    {"usage": {"prompt_tokens": 3, "completion_tokens": 2, "total_tokens": 5}},
+    {"x_groq": {"usage": {"prompt_tokens": 3, "completion_tokens": 2, "total_tokens": 5}}},
+])
+def test_a_content_chunk_that_carries_more_keeps_every_event(tail: dict[str, object]) -> None:
+    """The built-in OpenAI family takes the one-delta fast path only when nothing else
+    in the chunk adds an event."""
+    def chunk(content: str, **more: object) -> dict[str, object]:
+        delta: dict[str, object] = {"content": content, **more.pop("delta_extra", {})}  # type: ignore[dict-item]
+        body: dict[str, object] = {"id": "c1", "model": "m", "choices": [
+            {"index": 0, "delta": delta, "finish_reason": more.pop("finish_reason", None)}]}
+        return {**body, **more}
+
+    events = _openai_events([chunk("Hel"), chunk("lo"), chunk("!", **tail)])
+    kinds = [type(e).__name__ for e in events]
+    assert [e for e in events if isinstance(e, BlockDelta) and isinstance(e.delta, TextDelta)] == [
+        BlockDelta(0, TextDelta("Hel")), BlockDelta(0, TextDelta("lo")), BlockDelta(0, TextDelta("!"))]
+    expected = {"finish_reason": "FinishEvent", "delta_extra": "BlockStart", "usage": "UsageEvent",
+                "x_groq": "UsageEvent"}[next(iter(tail))]
+    assert kinds.count(expected) >= (2 if expected == "BlockStart" else 1), kinds
