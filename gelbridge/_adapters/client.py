@@ -30,7 +30,7 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 import orjson
@@ -48,6 +48,7 @@ from gelbridge._adapters.contract import (
 )
 from gelbridge._adapters.host import Adapter
 from gelbridge._adapters.ids import ToolCallIdMap, ToolCallIdRule
+from gelbridge._adapters.sandbox import TextPiece
 from gelbridge._errors import AdapterError, ConfigError, GelbridgeError, ProviderError
 from gelbridge._transport import (
     ProviderTransport,
@@ -429,6 +430,7 @@ class ModelClient:
         decoder: CompletionChunkDecoder | LuxEventDecoder = (
             LuxEventDecoder(provider=provider, model=model) if lux
             else CompletionChunkDecoder(provider=provider, model=model))
+        piece = decoder.piece if isinstance(decoder, LuxEventDecoder) else _no_pieces
         diags: list[Diagnostic] = []
         feed = acc.feed
         perf = time.perf_counter
@@ -447,7 +449,7 @@ class ModelClient:
                     try:
                         out = session.chunk(data)
                         if isinstance(out, tuple):  # one text delta, from a Lux session only
-                            events = cast(LuxEventDecoder, decoder).piece(out)
+                            events = piece(out)
                         elif out:
                             events = decoder.decode(loads_json(out, what))
                         else:
@@ -496,6 +498,10 @@ class ModelClient:
         resp = acc.result()
         timing.adapter_ms += (perf() - t0) * 1000
         return resp, diags + decoder.diagnostics + acc.diagnostics
+
+
+def _no_pieces(piece: TextPiece) -> list[StreamEvent]:
+    raise AssertionError("a completion-format stream session returns text only")
 
 
 def provider_id_rule(provider: str, cfg: ProviderConfig) -> ToolCallIdRule | None:

@@ -115,6 +115,7 @@ def _text(value: object) -> str:
     return str(value)
 
 
+_PIECES = {b"text": "text", b"thinking": "thinking"}  # the statuses of a TextPiece result
 TextPiece = tuple[str, int, str]
 """One plain text or thinking delta of a stream as ``luxkit`` encoded it: ``(type,
 index, text)`` for the event ``{"event": "block_delta", "index": index, "delta":
@@ -287,8 +288,9 @@ class LuaSandbox:
                 raise AdapterError(f"adapter {self.adapter!r}: {fname} failed in the host: "
                                    f"{_text(e)[:300]}") from None
             status = out[0]
-            if status == b"delta":
-                return (out[1].decode(), int(out[2]), out[3].decode("utf-8", "replace"))
+            kind = _PIECES.get(status)
+            if kind is not None:
+                return (kind, int(out[1]), out[2].decode("utf-8", "replace"))
             value = out[1]
             if status == b"ok" and type(value) is bytes:
                 return value.decode("utf-8", "replace")

@@ -454,8 +454,9 @@ end
 -- own for the stream's whole life. Three arguments and no dispatch a chunk: this runs
 -- for every chunk of every stream (scripts/bench_scale.py). A result that is the very
 -- text luxkit.text_delta_json built last (one plain text or thinking delta, the bulk
--- of a stream) comes back, when `typed`, as what it encodes: "delta", type, index,
--- text. Equal strings have equal content: exactly what decoding the JSON would give.
+-- of a stream) comes back, when `typed`, as what it encodes: type ("text" or
+-- "thinking"), index, text. Equal strings have equal content: exactly what decoding
+-- the JSON would give.
 local function open_stream(fname, typed)
   local f = adapter and adapter[fname]
   if type(f) ~= "function" then return nil end
@@ -468,7 +469,7 @@ local function open_stream(fname, typed)
     if st then return st, v end
     local noted = noted_delta.json
     if noted ~= nil and res == noted then
-      return "delta", noted_delta.type, noted_delta.index, noted_delta.text
+      return noted_delta.type, noted_delta.index, noted_delta.text
     end
     if type(res) ~= "string" then return "type", type(res) end
     return "ok", res
