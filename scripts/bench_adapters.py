@@ -171,7 +171,10 @@ class ChunkBench:
             for d in self.data:
                 t0 = perf()
                 out = chunk(d)
-                if out:
+                if isinstance(out, tuple):  # a text delta luxkit encoded (ModelClient._stream)
+                    for ev in dec.piece(out):  # type: ignore[union-attr]
+                        feed(ev)
+                elif out:
                     for ev in decode(loads_json(out, "chunk")):
                         feed(ev)
                 else:
