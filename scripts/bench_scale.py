@@ -6,8 +6,10 @@ process: one chunk every 50 ms for ``--seconds`` (default 30). Reported: how man
 streams completed and how the others failed, the wall time against the stream's own
 length, adapter work per chunk (median and p90 over the calls), peak resident memory,
 and the Lua runtimes the streams needed (``--streams-per-runtime=N`` overrides
-``[adapters] streams_per_runtime``). Target: 1,000 streams on one core, every one
-complete, adapter work per chunk under 20 µs, resident memory under 1 GB.
+``[adapters] streams_per_runtime``). With two CPUs or more, the streams run pinned to one
+CPU and the server to another (``--no-pin`` leaves both to the scheduler). Target: 1,000
+streams on one core, every one complete, adapter work per chunk under 20 µs, resident
+memory under 1 GB.
 
 **Fleet** (``--fleet``): the real local PDS and PostgreSQL, ``--accounts`` accounts
 (default 20), and 1, 2 and 3 ``gelbridge run`` processes sharing them (``[state] url``);
@@ -16,7 +18,7 @@ until every reply is complete gives turns per second. Then one account's turns r
 this process to count the Postgres round trips a turn costs (BEGIN and COMMIT included)
 and what one heartbeat costs.
 
-Run: ``.venv/bin/python scripts/bench_scale.py [--turns=1000] [--seconds=30]`` or
+Run: ``.venv/bin/python scripts/bench_scale.py [--turns=1000] [--seconds=30] [--no-pin]`` or
 ``.venv/bin/python scripts/bench_scale.py --fleet [--accounts=20] [--messages=5]``.
 """
 
@@ -348,6 +350,13 @@ def main() -> None:
         assert child.stdout is not None
         url = child.stdout.readline().strip()
         print(f"model server {url}: one chunk every {CHUNK_DELAY * 1000:.0f} ms for {seconds:g} s per stream")
+        cpus = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
+        if len(cpus) >= 2 and "--no-pin" not in sys.argv[1:]:
+            # "One core": the streams on one CPU, the model server on another, so neither
+            # moves the other off its core (each move leaves a core's caches behind).
+            os.sched_setaffinity(child.pid, {cpus[-1]})
+            os.sched_setaffinity(0, {cpus[0]})
+            print(f"streams pinned to CPU {cpus[0]}, the model server to CPU {cpus[-1]} (--no-pin: neither)")
         spr = int(args["streams-per-runtime"]) if "streams-per-runtime" in args else None
         asyncio.run(run(url, turns, spr))
     finally:

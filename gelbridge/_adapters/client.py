@@ -439,6 +439,7 @@ class ModelClient:
         skipped_bad = 0
         what = f"adapter {adapter.name!r}: transform_stream_chunk"
         session = adapter.stream_session()
+        chunk = session.chunk
         s = transport.stream(prep.url, prep.body.encode(), prep.headers, prep.framing,  # type: ignore[arg-type]
                              error_hook=_error_hook(adapter))
         try:
@@ -447,7 +448,7 @@ class ModelClient:
                     n += 1
                     t0 = perf()
                     try:
-                        out = session.chunk(data)
+                        out = chunk(data)
                         if isinstance(out, tuple):  # one text delta, from a Lux session only
                             events = piece(out)
                         elif out:

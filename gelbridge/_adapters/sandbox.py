@@ -290,7 +290,7 @@ class LuaSandbox:
             status = out[0]
             kind = _PIECES.get(status)
             if kind is not None:
-                return (kind, int(out[1]), out[2].decode("utf-8", "replace"))
+                return (kind, int(out[1]), out[2].decode("utf-8", "replace"))  # Lua 5.4: 3.0 stays a float
             value = out[1]
             if status == b"ok" and type(value) is bytes:
                 return value.decode("utf-8", "replace")

@@ -158,3 +158,17 @@ def test_a_content_chunk_that_carries_more_keeps_every_event(tail: dict[str, obj
     expected = {"finish_reason": "FinishEvent", "delta_extra": "BlockStart", "usage": "UsageEvent",
                 "x_groq": "UsageEvent"}[next(iter(tail))]
     assert kinds.count(expected) >= (2 if expected == "BlockStart" else 1), kinds
+
+
+def test_a_float_index_comes_back_an_integer(make_adapter: MakeAdapter) -> None:
+    """Lua 5.4 keeps 3.0 a float; the JSON says 3, so the piece says 3 too."""
+    a = make_adapter("return raw", extra="""
+adapter.format = "lux-ir-v1"
+function adapter.transform_stream_chunk(data, state)
+  return luxkit.text_delta_json({ event = "block_delta", index = 3.0, delta = { type = "text", text = data } })
+end
+""")
+    session = a.stream_session()
+    out = session.chunk("x")
+    session.close()
+    assert out == ("text", 3, "x") and type(out[1]) is int
