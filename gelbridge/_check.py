@@ -65,16 +65,12 @@ async def check_settings(settings: Settings, *, environ: Mapping[str, str], logi
 
 
 def _check_state(settings: Settings, rep: CheckReport) -> None:
-    """``[state] url``: PostgreSQL answers and holds no newer schema (nothing is changed);
-    a fleet follows firehose or poll."""
+    """``[state] url``: PostgreSQL answers and holds no newer schema (nothing is changed)."""
     url = settings.state.url
     if not url:
         return
     from gelbridge._state._postgres import probe, redacted
 
-    if settings.watch.source == "jetstream":
-        rep.problems.append('[state] url: a fleet follows each account\'s own PDS: set [watch] source = "firehose" '
-                            'or "poll" (Jetstream with [state] url is not supported yet)')
     try:
         version = probe(url, settings.state.timeout)
     except GelbridgeError as e:

@@ -24,7 +24,9 @@ writing a third of a lease before anyone could take the lease over. The PDS clai
 **Intake.** With ``[watch] source = "firehose"`` a worker keeps one subscription per PDS
 host for all the accounts it serves there (its own cursor key: a cursor matters only
 within one worker's life; an account it takes over is backfilled), and hands each
-record to the account's bridge; with ``poll`` each account's bridge polls by itself.
+record to the account's bridge; with ``jetstream`` it keeps one connection whose
+``wantedDids`` follow the accounts it serves (a change resubscribes from the cursor);
+with ``poll`` each account's bridge polls by itself.
 
 **Hand-over.** When an account leaves a worker (a rebalance, SIGTERM), its source stops,
 running replies get ``[worker] shutdown_grace`` to finish, then the lease is revoked
@@ -194,7 +196,8 @@ class LeaseBook:
         """Leave the fleet: the member row, and the cursors only this member used."""
         async with self._tx() as db:
             await db.execute("DELETE FROM fleet_members WHERE member = ?", (self.member,))
-            await db.execute("DELETE FROM cursors WHERE source LIKE ?", (f"firehose:%:fleet:{self.member}",))
+            for source in ("firehose", "jetstream"):
+                await db.execute("DELETE FROM cursors WHERE source LIKE ?", (f"{source}:%:fleet:{self.member}",))
 
     def _tx(self) -> Any:
         return self.store.transaction()  # type: ignore[attr-defined]
@@ -226,8 +229,12 @@ def new_member_id() -> str:
     return f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(3)}"
 
 
+JETSTREAM = "jetstream"  # the key of a worker's one Jetstream source among its feeds
+
+
 class _HostFeed:
-    """One firehose subscription for every account this worker serves on one PDS host."""
+    """One firehose subscription for every account this worker serves on one PDS host,
+    or the worker's one Jetstream connection."""
 
     def __init__(self, source: Any, task: asyncio.Task[None]) -> None:
         self.source = source
@@ -266,9 +273,8 @@ class Fleet:
         self._entries = {lease_key(settings.for_account(e)): e for e in entries}
         if len(self._entries) != len(entries):
             raise ConfigError("two [[accounts]] entries name the same account (PDS and identifier); list each once")
-        if settings.watch.source == "jetstream":
-            raise ConfigError("a fleet follows each account's own PDS: set [watch] source = \"firehose\" or \"poll\" "
-                              "(Jetstream with [state] url is not supported yet)")
+        if settings.watch.source == "jetstream" and not settings.watch.url:
+            raise ConfigError('[watch] source = "jetstream" needs url = "wss://<jetstream host>"')
         self.served: dict[str, _Served] = {}
         #: accounts being handed over: their leases are still renewed (their replies may
         #: write until the grace ends), then released; never served again meanwhile
@@ -278,7 +284,7 @@ class Fleet:
         #: accounts whose bridge failed here (login refused, PDS down): not taken again by
         #: this worker until then (time.monotonic()), doubling up to RETRY_CAP
         self._cooldown: dict[str, tuple[float, float]] = {}
-        self._feeds: dict[str, _HostFeed] = {}  # PDS URL -> its subscription (firehose)
+        self._feeds: dict[str, _HostFeed] = {}  # PDS URL (firehose) or JETSTREAM -> its source
         self._routes: dict[str, Any] = {}  # DID -> the bridge serving it here
         self.beats = 0
         self.metrics: Any = None
@@ -412,7 +418,7 @@ class Fleet:
 
     async def _run_bridge(self, entry: AccountEntry, bridge: Any, stop: asyncio.Event) -> None:
         try:
-            if self.settings.watch.source == "firehose":
+            if self.settings.watch.source in ("firehose", "jetstream"):
                 await self._run_fed(bridge, stop)
             else:
                 await bridge.run(stop)
@@ -438,8 +444,8 @@ class Fleet:
 
     async def _run_fed(self, bridge: Any, stop: asyncio.Event) -> None:
         """The account's bridge (workers, backfill, sweeps) fed by this worker's one
-        subscription on its PDS: registered once logged in, so the backfill that
-        ``start`` runs in the background covers what came before."""
+        subscription on its PDS (or its one Jetstream connection): registered once logged
+        in, so the backfill that ``start`` runs in the background covers what came before."""
         dids: list[str] = []
         try:
             await bridge.start()
@@ -455,8 +461,11 @@ class Fleet:
     def _feed(self, pds_url: str, did: str, bridge: Any) -> None:
         from gelbridge._worker.sources import FirehoseSource
 
-        host = pds_url.rstrip("/")
         self._routes[did] = bridge
+        if self.settings.watch.source == "jetstream":
+            self._follow_jetstream(did)
+            return
+        host = pds_url.rstrip("/")
         feed = self._feeds.get(host)
         if feed is None:
             assert self.store is not None
@@ -467,10 +476,26 @@ class Fleet:
             self._feeds[host] = feed
         feed.source.dids.add(did)
 
+    def _follow_jetstream(self, did: str) -> None:
+        from gelbridge._jetstream import JetstreamSource, jetstream_cursor_key
+
+        feed = self._feeds.get(JETSTREAM)
+        if feed is None:
+            assert self.store is not None
+            url = self.settings.watch.url or ""
+            source = JetstreamSource(url, [], self.store, self._route, on_reconnect=self._reconnected(None),
+                                     key=f"{jetstream_cursor_key(url)}:fleet:{self.member}")
+            feed = _HostFeed(source, asyncio.create_task(source.run(), name="fleet-jetstream"))
+            self._feeds[JETSTREAM] = feed
+        feed.source.set_dids(feed.source.dids | {did})
+
     def _unfeed(self, did: str) -> None:
         self._routes.pop(did, None)
-        for feed in self._feeds.values():
-            feed.source.dids.discard(did)
+        for key, feed in self._feeds.items():
+            if key == JETSTREAM:  # resubscribes without it
+                feed.source.set_dids(feed.source.dids - {did})
+            else:
+                feed.source.dids.discard(did)
 
     async def _route(self, rec: Any) -> str:
         bridge = self._routes.get(rec.did)
@@ -479,9 +504,10 @@ class Fleet:
         result: str = await bridge.process(rec)
         return result
 
-    def _workers_on(self, host: str) -> list[Any]:
+    def _workers_on(self, host: str | None) -> list[Any]:
+        """The workers fed from this PDS host (None: from anywhere, as Jetstream is)."""
         return [ctx.worker for b in {id(b): b for b in self._routes.values()}.values()
-                for ctx in b.accounts.values() if ctx.worker.pds.pds_url.rstrip("/") == host]
+                for ctx in b.accounts.values() if host is None or ctx.worker.pds.pds_url.rstrip("/") == host]
 
     def _gap(self, host: str) -> Any:
         from gelbridge._worker.watch import backfill_logged
@@ -492,7 +518,7 @@ class Fleet:
 
         return on_gap
 
-    def _reconnected(self, host: str) -> Any:
+    def _reconnected(self, host: str | None) -> Any:
         def on_reconnect() -> None:
             for w in self._workers_on(host):
                 w.reconnected()
@@ -569,7 +595,8 @@ class Fleet:
         return out
 
     def _sources(self) -> dict[str, Any]:
-        found: dict[str, Any] = {f"firehose-{host}": f.source for host, f in self._feeds.items()}
+        found: dict[str, Any] = {("jetstream" if host == JETSTREAM else f"firehose-{host}"): f.source
+                                 for host, f in self._feeds.items()}
         for s in self.served.values():
             for name, src in s.bridge.sources.items():
                 found[f"{s.entry.label}:{name}"] = src

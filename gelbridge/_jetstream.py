@@ -112,12 +112,21 @@ class JetstreamSource:
         open_timeout: float = 10.0,
         cursor_save_interval: float = 1.0,
         on_reconnect: Callable[[], None] | None = None,
+        key: str | None = None,
     ) -> None:
         """``on_reconnect`` is called after a connection that follows a lost one (events
-        may have been missed: the workers drop cached side records and sweep)."""
+        may have been missed: the workers drop cached side records and sweep). ``key``:
+        where the cursor is kept (default: by URL; a fleet member keeps its own). With no
+        DIDs the source waits for :meth:`set_dids`: Jetstream without ``wantedDids``
+        would send every account's events."""
         self.url = url
+        self.prefix = prefix
         self.filter = RecordFilter.for_dids(dids, prefix)
         self.dids = frozenset(self.filter.dids or ())
+        self._dids_changed = asyncio.Event()
+        self._ws: Any = None  # the open connection, while run() consumes it
+        self._resubscribe = False
+        self._closing: asyncio.Future[None] | None = None
         self.on_reconnect = on_reconnect
         self.store = store
         self.handler = handler
@@ -126,7 +135,7 @@ class JetstreamSource:
         self.backoff_cap = backoff_cap
         self.open_timeout = open_timeout
         self.cursor_save_interval = cursor_save_interval
-        self.key = jetstream_cursor_key(url)
+        self.key = key or jetstream_cursor_key(url)
         self.cursor: int | None = None  # the saved one, read when run() starts
         self._loaded = False
         self._saved_cursor: int | None = self.cursor
@@ -142,6 +151,21 @@ class JetstreamSource:
     def reconnects(self) -> int:
         """Connections after the first."""
         return max(0, self.connects - 1)
+
+    def set_dids(self, dids: Iterable[str]) -> None:
+        """Follow these accounts from now on: an open connection is closed and the next
+        one asks for the new ``wantedDids`` from the cursor, at once (no backoff, not
+        counted as a lost connection). A newly served account's past is its bridge's
+        backfill, as after any start."""
+        new = frozenset(dids)
+        if new == self.dids:
+            return
+        self.filter = RecordFilter.for_dids(new, self.prefix)
+        self.dids = new
+        self._dids_changed.set()
+        if self._ws is not None:
+            self._resubscribe = True
+            self._closing = asyncio.ensure_future(self._ws.close())
 
     async def drain(self, timeout: float) -> None:
         """Nothing to wait for: records are handed over one at a time, inside :meth:`run`."""
@@ -218,35 +242,44 @@ class JetstreamSource:
     async def run(self) -> None:
         """Until cancelled: connect, consume, reconnect with bounded exponential backoff.
 
-        A record the handler cannot take yet (its PDS is down, say) does not end the
-        watch: the cursor has not passed it, so the source drops the connection, waits
+        While it has no DIDs it waits (never subscribing to every account); a change of
+        DIDs reconnects at once (:meth:`set_dids`). A record the handler cannot take yet
+        (its PDS is down, say) does not end the watch: the cursor has not passed it, so the source drops the connection, waits
         and reconnects from the cursor, which delivers it again (records handled since
         are dropped as seen). The wait grows while the same record keeps failing.
         """
         failures = 0  # consecutive connection failures
         stuck = 0  # consecutive handler failures: the record the cursor waits on
+        quiet = False  # this connection follows a change of DIDs, not a lost one
         while True:
+            while not self.dids:
+                self._dids_changed.clear()
+                await self._dids_changed.wait()
             try:
                 await self.load_cursor()
-                url = self.current_url()
+                asked, url = self.dids, self.current_url()
                 async with websockets.connect(
                     url, open_timeout=self.open_timeout, max_size=MAX_MESSAGE_BYTES,
                     ping_interval=20, ping_timeout=20,
                 ) as ws:
-                    self.connected.set()
-                    self.connects += 1
-                    if failures or stuck:
-                        log.info("Jetstream reconnected (cursor %s)", self.cursor)
-                    if self.connects > 1 and self.on_reconnect is not None:
-                        try:
-                            self.on_reconnect()
-                        except Exception as e:  # noqa: BLE001 - never ends the watch
-                            log.error("reconnect hook failed (%s)", type(e).__name__)
-                    failures = 0
-                    async for message in ws:
-                        self.last_event_at = time.monotonic()
-                        if await self.handle_message(message):
-                            stuck = 0
+                    self._ws = ws
+                    if self.dids != asked:  # they changed while connecting: ask again
+                        self._resubscribe = True
+                    else:
+                        self.connected.set()
+                        self.connects += 1
+                        if failures or stuck:
+                            log.info("Jetstream reconnected (cursor %s)", self.cursor)
+                        if self.connects > 1 and not quiet and self.on_reconnect is not None:
+                            try:
+                                self.on_reconnect()
+                            except Exception as e:  # noqa: BLE001 - never ends the watch
+                                log.error("reconnect hook failed (%s)", type(e).__name__)
+                        failures = 0
+                        async for message in ws:
+                            self.last_event_at = time.monotonic()
+                            if await self.handle_message(message):
+                                stuck = 0
             except (OSError, TimeoutError, websockets.InvalidHandshake, websockets.InvalidURI,
                     websockets.ConnectionClosed) as e:
                 log.warning("Jetstream connection lost or refused (%s)", type(e).__name__)
@@ -258,8 +291,14 @@ class JetstreamSource:
                 log.warning("Jetstream: a record could not be handled (%s); it is delivered again "
                             "after reconnecting from the cursor", type(e).__name__)
             finally:
+                self._ws = None
                 self.connected.clear()
                 await self._save_cursor(force=True)
+            quiet = self._resubscribe
+            if quiet:
+                self._resubscribe = False
+                failures = 0
+                continue
             delay = backoff_delay(max(failures, stuck, 1), base=self.backoff_base, cap=self.backoff_cap)
             log.info("Jetstream: reconnecting in %.1f s", delay)
             await asyncio.sleep(delay)

@@ -43,4 +43,7 @@ async def test_a_state_url_is_probed_at_start_without_changing_the_database(post
     settings = Settings.model_validate({"state": {"url": postgres_url},
                                         "watch": {"source": "jetstream", "url": "wss://js.example"}})
     rep = await check_settings(settings, environ={}, login=False)
-    assert any("Jetstream with [state] url is not supported yet" in p for p in rep.problems)
+    assert not any("jetstream" in p.lower() for p in rep.problems)  # a fleet on Jetstream is fine
+    no_url = Settings.model_validate({"state": {"url": postgres_url}, "watch": {"source": "jetstream"}})
+    rep = await check_settings(no_url, environ={}, login=False)
+    assert any('needs url = "wss://<jetstream host>"' in p for p in rep.problems)

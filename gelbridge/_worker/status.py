@@ -14,7 +14,6 @@ from typing import Any
 
 from gelbridge._config import AccountEntry, Settings
 from gelbridge._errors import ConfigError
-from gelbridge._jetstream import jetstream_cursor_key
 from gelbridge._state import DB_FILENAME, SqliteStore, StateStore, TurnTiming, state_location
 from gelbridge._worker.service import session_key
 from gelbridge._worker.sources import firehose_cursor_key
@@ -101,6 +100,8 @@ async def _account(settings: Settings, entry: AccountEntry, acct: Settings, own:
     if w.source == "firehose":
         out["cursor"] = await process_store.get_cursor(firehose_cursor_key(out["pds"] or "", hosts.get(out["pds"], did)))
     elif w.source == "jetstream" and w.url:
+        from gelbridge._jetstream import jetstream_cursor_key  # it imports the worker package
+
         out["cursor"] = await process_store.get_cursor(jetstream_cursor_key(w.url))
     out["in_flight"] = [
         {"reply": c.reply_rkey, "status": c.status, "since": c.created_at, "updated": c.updated_at}

@@ -53,7 +53,8 @@ def responder(req: RecordedRequest) -> Any:
 
 
 def fleet_config(tmp: Path, pds_url: str, accounts: list[AccountInfo], model_url: str, postgres_url: str,
-                 count_file: Path, gate_file: Path, keyring: Keyring) -> Path:
+                 count_file: Path, gate_file: Path, keyring: Keyring, watch: str = "") -> Path:
+    """``watch``: a ``[watch]`` section (default: none, the firehose)."""
     keyring.save(tmp / "keyring.json")
     entries = "".join(f"""
 [[accounts]]
@@ -95,6 +96,7 @@ command = {json.dumps([sys.executable, COUNTING_SERVER])}
 env = {{ COUNT_FILE = {json.dumps(str(count_file))}, GATE_FILE = {json.dumps(str(gate_file))} }}
 approval = "never"
 startup_timeout = 60
+{watch}
 {entries}""")
     return cfg
 
@@ -136,11 +138,11 @@ class Fleet:
         return account.handle  # the lease key: the login identifier
 
     def config(self, model_url: str, name: str = "gelbridge.toml", pds_url: str | None = None,
-               postgres_url: str | None = None) -> Path:
+               postgres_url: str | None = None, watch: str = "") -> Path:
         d = self.tmp / name.removesuffix(".toml")
         d.mkdir(exist_ok=True)
         return fleet_config(d, pds_url or self.dev_pds.pds_url, self.accounts, model_url,
-                            postgres_url or self.url, self.count_file, self.gate_file, self.keyring)
+                            postgres_url or self.url, self.count_file, self.gate_file, self.keyring, watch)
 
     async def start(self, cfg: Path, name: str) -> WorkerProc:
         w = WorkerProc(cfg, None, self.tmp / f"{name}.log", env=self.env)

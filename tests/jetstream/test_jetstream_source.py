@@ -212,3 +212,42 @@ async def test_a_reconnect_tells_the_workers_and_counts_and_the_first_connect_do
     assert src.reconnects == src.connects - 1 >= 2
     assert told[:2] == [2, 3]  # not at the first connection
     assert src.last_event_at is not None
+
+
+async def test_with_no_dids_it_waits_and_a_change_of_dids_resubscribes_at_once(store: StateStore) -> None:
+    """A fleet member's one source follows the accounts it serves as they come and go:
+    never a subscription without wantedDids (Jetstream would send every account's events),
+    a new set asked for at once from the cursor, and no reconnect hook (nothing was lost)."""
+    got: list[tuple[str, str]] = []
+    told: list[int] = []
+
+    async def handler(rec: IncomingRecord) -> None:
+        got.append((rec.did, rec.rkey))
+
+    async with JetstreamServer() as srv:
+        src = JetstreamSource(srv.url, [], store, handler, rewind_seconds=1, backoff_base=5, key="jetstream:me:fleet:m1",
+                              on_reconnect=lambda: told.append(src.connects))
+        async with running(src):
+            await asyncio.sleep(0.3)
+            assert srv.requests == [] and src.connects == 0  # nothing to follow: not connected
+            src.set_dids([ME])
+            await wait_for(lambda: src.connected.is_set())
+            srv.publish(ev(0))
+            srv.publish(ev(1, did=OTHER))  # not followed yet: the server filters it out
+            await wait_for(lambda: got == [(ME, ev(0)["commit"]["rkey"])])
+            src.set_dids([ME, OTHER])  # much sooner than the 5 s backoff: not a lost connection
+            await wait_for(lambda: len(srv.requests) == 2 and src.connected.is_set(), timeout=3)
+            srv.publish(ev(2, did=OTHER))
+            await wait_for(lambda: (OTHER, ev(2)["commit"]["rkey"]) in got)
+            src.set_dids([OTHER])
+            await wait_for(lambda: len(srv.requests) == 3 and src.connected.is_set(), timeout=3)
+            src.set_dids([])
+            await wait_for(lambda: not src.connected.is_set(), timeout=3)
+            srv.publish(ev(3))
+            await asyncio.sleep(0.3)
+    assert sorted(srv.requests[1]["wantedDids"]) == sorted([ME, OTHER]) and srv.requests[2]["wantedDids"] == [OTHER]
+    assert "cursor" in srv.requests[1]  # from where it was, rewound: the seen events are dropped
+    assert len(srv.requests) == 3 and told == []  # no fourth subscription, and no reconnect hook
+    assert (ME, ev(3)["commit"]["rkey"]) not in got
+    assert await store.get_cursor("jetstream:me:fleet:m1") is not None
+    assert await store.get_cursor(jetstream_cursor_key(srv.url)) is None  # its own key, not the URL's
