@@ -263,11 +263,11 @@ class LuaSandbox:
 
         The result is the script's JSON text, or (``typed``, for Lux event output) a
         ``TextPiece`` when the script returned exactly the text ``luxkit`` built for one
-        plain text or thinking delta
-        (the bulk of every built-in adapter's stream): what that JSON encodes, without
-        copying and decoding it. Once the runtime is broken (a limit hit by any stream
-        on it), every call refuses. This is the hot path of streaming, once per chunk:
-        one Python frame and a three-argument Lua entry (``scripts/bench_scale.py``)."""
+        plain text or thinking delta (the bulk of every built-in adapter's stream): what
+        that JSON encodes, without copying and decoding it. Once the runtime is broken (a
+        limit hit by any stream on it), every call refuses. This is the hot path of
+        streaming, once per chunk: one Python frame and a three-argument Lua entry
+        (``scripts/bench_scale.py``)."""
         step = self._open_stream(fname.encode(), typed)
         if step is None:
             raise AdapterError(f"adapter {self.adapter!r} has no function {fname}")
