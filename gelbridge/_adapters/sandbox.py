@@ -197,9 +197,8 @@ class LuaSandbox:
             status, value = fn(*args)
         except self._memory_error:
             raise self._violation("memory", what) from None
-        except self._lua_error as e:  # only the prelude itself can get here
-            self.broken = True
-            raise AdapterError(f"adapter {self.adapter!r}: {what} failed in the host: {_text(e)[:300]}") from None
+        except self._lua_error as e:
+            raise self._host_failed(what, e) from None
         status = _text(status)
         if status == "violation":
             raise self._violation(_text(value), what)
@@ -246,11 +245,20 @@ class LuaSandbox:
                                          float(lim.max_instructions // HOOK_EVERY), arg, state)
         except self._memory_error:
             raise self._violation("memory", fname) from None
-        except self._lua_error as e:  # only the prelude itself can get here
-            self.broken = True
-            raise AdapterError(f"adapter {self.adapter!r}: {fname} failed in the host: {_text(e)[:300]}") from None
+        except self._lua_error as e:
+            raise self._host_failed(fname, e) from None
         if status == b"ok" and type(value) is bytes:
             return value.decode("utf-8", "replace")
+        return self._not_ok(fname, status, value)
+
+    def _host_failed(self, fname: str, e: BaseException) -> AdapterError:
+        """A Lua error out of the prelude itself (scripts' errors are caught inside): the
+        runtime is not to be trusted any more."""
+        self.broken = True
+        return AdapterError(f"adapter {self.adapter!r}: {fname} failed in the host: {_text(e)[:300]}")
+
+    def _not_ok(self, fname: str, status: bytes, value: Any) -> str:
+        """A string call's result other than a string: the matching error, raised."""
         st = _text(status)
         if st == "violation":
             raise self._violation(_text(value), fname)
@@ -283,10 +291,8 @@ class LuaSandbox:
                 out = step(monotonic() + time_limit, budget, data.encode("utf-8", "replace"))
             except memory_error:
                 raise self._violation("memory", fname) from None
-            except lua_error as e:  # only the prelude itself can get here
-                self.broken = True
-                raise AdapterError(f"adapter {self.adapter!r}: {fname} failed in the host: "
-                                   f"{_text(e)[:300]}") from None
+            except lua_error as e:
+                raise self._host_failed(fname, e) from None
             status = out[0]
             kind = _PIECES.get(status)
             if kind is not None:
@@ -294,10 +300,7 @@ class LuaSandbox:
             value = out[1]
             if status == b"ok" and type(value) is bytes:
                 return value.decode("utf-8", "replace")
-            st = _text(status)
-            if st == "violation":
-                raise self._violation(_text(value), fname)
-            return self._result(fname, st, value)  # type: ignore[return-value]
+            return self._not_ok(fname, status, value)
 
         return chunk
 
