@@ -41,8 +41,13 @@ async def check_settings(settings: Settings, *, environ: Mapping[str, str], logi
     except GelbridgeError as e:
         rep.problems.append(str(e))
         accounts = []
-    if settings.watch.source == "jetstream" and not settings.watch.url:
-        rep.problems.append('[watch] source = "jetstream" needs url = "wss://<jetstream host>"')
+    if settings.watch.source == "jetstream":
+        from gelbridge._jetstream import jetstream_url
+
+        try:
+            jetstream_url(settings.watch)
+        except GelbridgeError as e:
+            rep.problems.append(str(e))
     if settings.observability.traces:
         from gelbridge import _tracing as tracing
 

@@ -273,8 +273,10 @@ class Fleet:
         self._entries = {lease_key(settings.for_account(e)): e for e in entries}
         if len(self._entries) != len(entries):
             raise ConfigError("two [[accounts]] entries name the same account (PDS and identifier); list each once")
-        if settings.watch.source == "jetstream" and not settings.watch.url:
-            raise ConfigError('[watch] source = "jetstream" needs url = "wss://<jetstream host>"')
+        if settings.watch.source == "jetstream":
+            from gelbridge._jetstream import jetstream_url
+
+            jetstream_url(settings.watch)  # refused at start, not when the first account comes
         self.served: dict[str, _Served] = {}
         #: accounts being handed over: their leases are still renewed (their replies may
         #: write until the grace ends), then released; never served again meanwhile
@@ -482,7 +484,7 @@ class Fleet:
         feed = self._feeds.get(JETSTREAM)
         if feed is None:
             assert self.store is not None
-            url = self.settings.watch.url or ""
+            url = self.settings.watch.url or ""  # checked in __init__
             source = JetstreamSource(url, [], self.store, self._route, on_reconnect=self._reconnected(None),
                                      key=f"{jetstream_cursor_key(url)}:fleet:{self.member}")
             feed = _HostFeed(source, asyncio.create_task(source.run(), name="fleet-jetstream"))

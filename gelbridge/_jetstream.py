@@ -314,12 +314,19 @@ def _peek_time_us(message: str | bytes) -> int | None:
     return cur if isinstance(cur, int) else None
 
 
-def jetstream_sources(watch: Any, workers: Any, store: Any, handler: Handler, hooks: Any) -> list[tuple[str, Any]]:
-    """``[watch] source = "jetstream"``: one connection for every account."""
+def jetstream_url(watch: Any) -> str:
+    """``[watch] url`` for ``source = "jetstream"``, or ``ConfigError`` saying it is needed."""
     from gelbridge._errors import ConfigError
 
     if not watch.url:
         raise ConfigError('[watch] source = "jetstream" needs url = "wss://<jetstream host>"')
+    url: str = watch.url
+    return url
+
+
+def jetstream_sources(watch: Any, workers: Any, store: Any, handler: Handler, hooks: Any) -> list[tuple[str, Any]]:
+    """``[watch] source = "jetstream"``: one connection for every account."""
+    url = jetstream_url(watch)
     every = list(workers.items())
-    return [("jetstream", JetstreamSource(watch.url, [w.did for w in workers.values()], store, handler,
+    return [("jetstream", JetstreamSource(url, [w.did for w in workers.values()], store, handler,
                                           on_reconnect=hooks.reconnected(every)))]
