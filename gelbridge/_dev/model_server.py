@@ -3,7 +3,8 @@
 Used by tests, benchmarks and `gelbridge demo` as the "local model endpoint". One server
 serves every provider route; what the "model" answers is a provider-neutral FIFO script
 of `Turn`s and failure items (see `_wire_common`), rendered per provider by the pure
-`_wire_*` modules. With an empty script it is a deterministic echo model.
+`_wire_*` modules. With an empty script it is a deterministic echo model, or whatever
+its `responder` answers (`responder(Mode.TOOLS)`: the tool mode of `gelbridge dev model`).
 
 Routes (any path prefix is accepted where noted, for OpenAI-compatible hosts):
   POST .../chat/completions                       OpenAI Chat Completions (SSE when stream)
@@ -38,6 +39,7 @@ from urllib.parse import parse_qsl, urlsplit
 
 from gelbridge._dev import _wire_anthropic, _wire_gemini, _wire_ollama, _wire_openai, _wire_openai_responses
 from gelbridge._dev._prompt_cache import CacheUse, PromptCache
+from gelbridge._dev._tool_mode import Mode, tool_turn
 from gelbridge._dev._wire_common import (
     Citation,
     CutStream,
@@ -63,12 +65,14 @@ __all__ = [
     "Item",
     "MalformedBody",
     "MidStreamError",
+    "Mode",
     "ModelServer",
     "RecordedRequest",
     "Script",
     "ToolCall",
     "Turn",
     "last_user_text",
+    "responder",
 ]
 
 _SECRET_HEADERS = frozenset({"authorization", "x-api-key", "x-goog-api-key", "api-key"})
@@ -93,6 +97,16 @@ class RecordedRequest:
 
 
 Responder = Callable[[RecordedRequest], Item]
+
+def responder(mode: Mode, chunk_delay: float = 0.0) -> Responder:
+    """The answer of ``mode`` to every request, streamed with ``chunk_delay`` seconds
+    between frames."""
+    make = tool_turn if Mode(mode) is Mode.TOOLS else echo_turn
+
+    def answer(req: RecordedRequest) -> Item:
+        return replace(make(req.body), chunk_delay=chunk_delay)
+
+    return answer
 
 
 class _HTTPServer(ThreadingHTTPServer):
@@ -169,6 +183,11 @@ class ModelServer:
     def url(self) -> str:
         """Base URL without trailing slash, e.g. http://127.0.0.1:54321."""
         return f"http://{self.host}:{self.port}"
+
+    @property
+    def running(self) -> bool:
+        """Started and serving (its thread alive)."""
+        return self._thread is not None and self._thread.is_alive()
 
     def start(self) -> ModelServer:
         if self._httpd is not None:
