@@ -58,7 +58,17 @@ class Reply:
 
     @property
     def text(self) -> str:
-        return "".join(p.text for p in self.content.parts if isinstance(p, TextPart)) if self.content else ""
+        """The reply's text parts in order; the text after a tool call starts on a new
+        line (it only ever grows as the reply streams in)."""
+        pieces: list[str] = []
+        after_other = False
+        for p in self.content.parts if self.content else ():
+            if isinstance(p, TextPart):
+                pieces.append(("\n" if after_other and pieces else "") + p.text)
+                after_other = False
+            else:
+                after_other = True
+        return "".join(pieces)
 
     def waiting_calls(self) -> list[ToolCallPart]:
         """The tool calls this reply waits on (``approval: pending``)."""
