@@ -23,6 +23,7 @@ from typing import IO, Any
 from gelbridge._config import Settings
 from gelbridge._dev.model_server import ModelServer
 from gelbridge._dev.pds import DevPds, create_account
+from gelbridge._dev.snippets import account_toml, model_toml
 from gelbridge._errors import GelbridgeError
 from gelbridge._pds import PdsClient
 from gelbridge._records import (
@@ -63,29 +64,10 @@ class _Indented:
 
 def demo_config(pds_url: str, handle: str, model_url: str, base: Path) -> str:
     """A config file equivalent to the demo's settings (kept with ``--keep``)."""
-    return f"""# written by 'gelbridge demo'
-[account]
-pds = "{pds_url}"
-identifier = "{handle}"
-password_env = "{PASSWORD_ENV}"
-
-[keyring]
-path = "{base / 'keyring.json'}"
-
-[state]
-dir = "{base / 'state'}"
-
-[defaults]
-model = {{ provider = "local", id = "echo-1" }}
-instructions = "{INSTRUCTIONS}"
-
-[providers.local]
-adapter = "openai"
-base_url = "{model_url}/v1"
-
-[replies]
-update_interval = 2
-"""
+    account = account_toml(pds_url, handle, password_env=PASSWORD_ENV, keyring=str(base / "keyring.json"),
+                           state=str(base / "state"), keyring_made=True)
+    model = model_toml(model_url, tools=(), model_id="echo-1", instructions=INSTRUCTIONS, every_wire=False)
+    return f"# written by 'gelbridge demo'\n{account}\n{model}\n[replies]\nupdate_interval = 2\n"
 
 
 async def _converse(

@@ -267,24 +267,29 @@ def create_account(
 ) -> AccountInfo:
     """Create an account on a dev PDS (invites off) plus an app password for it."""
     email = email or f"{handle.split('.')[0]}@example.com"
-    with httpx.Client(base_url=pds_url.rstrip("/"), timeout=timeout) as http:
-        r = http.post(
-            "/xrpc/com.atproto.server.createAccount",
-            json={"handle": handle, "email": email, "password": password},
-        )
-        if r.status_code != 200:
-            raise DevPdsError(f"createAccount {handle} failed: HTTP {r.status_code} {_xrpc_error(r)}")
-        acct = r.json()
-        r = http.post(
-            "/xrpc/com.atproto.server.createAppPassword",
-            json={"name": app_password_name},
-            headers={"Authorization": f"Bearer {acct['accessJwt']}"},
-        )
-        if r.status_code != 200:
-            raise DevPdsError(f"createAppPassword for {handle} failed: HTTP {r.status_code} {_xrpc_error(r)}")
-        return AccountInfo(
-            did=acct["did"], handle=acct["handle"], password=password, app_password=r.json()["password"]
-        )
+    try:
+        with httpx.Client(base_url=pds_url.rstrip("/"), timeout=timeout) as http:
+            r = http.post(
+                "/xrpc/com.atproto.server.createAccount",
+                json={"handle": handle, "email": email, "password": password},
+            )
+            if r.status_code != 200:
+                hint = " (a handle must be new and end in .test on the dev PDS)" if r.status_code == 400 else ""
+                raise DevPdsError(f"createAccount {handle} failed: HTTP {r.status_code} {_xrpc_error(r)}{hint}")
+            acct = r.json()
+            r = http.post(
+                "/xrpc/com.atproto.server.createAppPassword",
+                json={"name": app_password_name},
+                headers={"Authorization": f"Bearer {acct['accessJwt']}"},
+            )
+            if r.status_code != 200:
+                raise DevPdsError(f"createAppPassword for {handle} failed: HTTP {r.status_code} {_xrpc_error(r)}")
+            return AccountInfo(
+                did=acct["did"], handle=acct["handle"], password=password, app_password=r.json()["password"]
+            )
+    except httpx.HTTPError as e:
+        raise DevPdsError(f"cannot reach the PDS at {pds_url} ({type(e).__name__}): is 'gelbridge dev pds' "
+                          "running there?") from None
 
 
 def _xrpc_error(r: httpx.Response) -> str:
