@@ -19,7 +19,7 @@ app = typer.Typer(
         "Answer end-to-end encrypted chat records in your atproto repo with an AI model.\n\n"
         "Offline: 'keys', 'open', 'convert', 'reply', 'adapters'. "
         "Online: 'check' checks a configuration, 'run' watches your PDS and answers, 'status' shows how it goes; "
-        "'demo' runs everything locally."
+        "'demo' runs everything locally; 'dev pds', 'dev model' run a local PDS and model to try it by hand."
     ),
     no_args_is_help=True,
     add_completion=True,

@@ -8,9 +8,8 @@ from __future__ import annotations
 import asyncio
 import json
 import secrets
-import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 
 import pytest
@@ -21,6 +20,7 @@ from gelbridge._dev.pds import AccountInfo, DevPds, create_account
 from gelbridge._identity import IdentityError, resolve_account
 from gelbridge._records import new_tid
 from gelbridge._sealing import Keyring
+from testkit.loopback_http import serving
 
 from .conftest import PASSWORD_ENV, App, make_settings, running_worker, text_of
 from .test_check import gelbridge
@@ -79,14 +79,8 @@ def lying_resolver(dev_pds: DevPds) -> Iterator[tuple[str, AccountInfo]]:
 
         def log_message(self, *a: object) -> None: ...
 
-    srv = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    t = threading.Thread(target=srv.serve_forever, daemon=True)
-    t.start()
-    try:
-        yield f"http://127.0.0.1:{srv.server_address[1]}", other
-    finally:
-        srv.shutdown()
-        srv.server_close()
+    with serving(Handler) as url:
+        yield url, other
 
 
 async def test_a_handle_its_did_document_does_not_name_is_refused_and_check_says_so(
