@@ -10,14 +10,24 @@ breaks one points straight at it.
 from __future__ import annotations
 
 import asyncio
+import base64
+import hashlib
+import json
+import re
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from gelbridge import _sealing as sealing
 from gelbridge._check import check_settings
 from gelbridge._config import Settings, load_config
 from gelbridge._errors import GelbridgeError
+from gelbridge._records import codec
+from gelbridge._records.constants import COLLECTIONS, ENCRYPTED_CONTENT_TYPE, PLAIN_CONTENT_TYPE, ReplyStatus
+from gelbridge._records.models import EncryptedContent, PlainContent, parse_record
 from gelbridge._sealing import Keyring
+from gelbridge._worker.decide import REPLY_ERROR_KINDS
 from testkit.docs import (
     Block,
     Document,
@@ -100,6 +110,38 @@ def test_shown_output_is_compared_loosely_but_not_blindly() -> None:
     assert output_mismatch(("model server listening on http://127.0.0.1:8765 (Ctrl-C to stop)",),
                            "model server listening on http://127.0.0.1:8765 (Ctrl-C to stop)\n") is None
     assert output_mismatch(("listening on 8765",), "listening on 8766") is not None
+
+
+_LINK = re.compile(r"\]\(([^)\s]+)\)")
+
+
+def _slug(heading: str) -> str:
+    """GitHub's anchor of a heading: lower case, punctuation out, spaces to hyphens."""
+    return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+
+
+def _anchors(doc: Path) -> set[str]:
+    return {_slug(ln.lstrip("#")) for ln in doc.read_text(encoding="utf-8").split("\n") if ln.startswith("#")}
+
+
+def test_every_link_of_the_docs_stays_inside_the_repository_and_finds_its_target() -> None:
+    broken = []
+    links = 0
+    for doc in DOCS:
+        for n, line in enumerate(doc.read_text(encoding="utf-8").split("\n"), 1):
+            for target in _LINK.findall(line):
+                if re.match(r"[a-z]+:", target):
+                    continue  # https:, mailto: ...
+                links += 1
+                path, _, anchor = target.partition("#")
+                dest = (doc.parent / path).resolve() if path else doc
+                if REPO not in dest.parents and dest != REPO:
+                    broken.append(f"{_rel(doc)}:{n}: {target} is outside the repository (a clone has no such file)")
+                elif not dest.exists():
+                    broken.append(f"{_rel(doc)}:{n}: {target} does not exist")
+                elif anchor and dest.suffix == ".md" and anchor not in _anchors(dest):
+                    broken.append(f"{_rel(doc)}:{n}: {target}: no heading with that anchor in {_rel(dest)}")
+    assert links > 20 and broken == [], "\n".join(broken)
 
 
 # --- TOML blocks ---------------------------------------------------------------------------------
@@ -193,3 +235,165 @@ def test_command_blocks_run_as_shown(doc: Document, tmp_path: Path) -> None:
     ran = len(results)
     assert problems == [], "\n\n".join(problems)
     assert ran == len(steps), f"only {ran} of {len(steps)} steps ran"
+
+
+# --- docs/protocol.md: the wire protocol an app builds against ---------------------------------
+
+PROTOCOL = REPO / "docs" / "protocol.md"
+LEXICONS = sorted((REPO / "lexicons").rglob("*.json"))
+
+
+def _json_blocks(doc: Path) -> list[tuple[Block, Any]]:
+    out = []
+    for b in PARSED[doc].blocks:
+        if b.lang == "json":
+            try:
+                out.append((b, json.loads(b.text)))
+            except ValueError as e:
+                raise AssertionError(f"{b.where(REPO)}: not JSON ({e})") from None
+    return out
+
+
+def _example(key: str) -> dict[str, Any]:
+    found = [v for _, v in _json_blocks(PROTOCOL) if isinstance(v, dict) and key in v]
+    assert len(found) == 1, f"docs/protocol.md: expected one JSON block with {key!r}, found {len(found)}"
+    return found[0]
+
+
+def _user_message_example() -> dict[str, Any]:
+    found = [v for _, v in _json_blocks(PROTOCOL) if isinstance(v, dict) and v.get("role") == "user"
+             and isinstance(v.get("content"), dict) and v["content"].get("$type") == ENCRYPTED_CONTENT_TYPE]
+    assert len(found) == 1, "docs/protocol.md: expected one sealed user message example"
+    return found[0]
+
+
+def _lexicon_names(node: Any, out: set[str]) -> None:
+    """Every property name and known value below a lexicon node."""
+    if isinstance(node, dict):
+        out.update(node.get("properties", {}))
+        out.update(v for v in node.get("knownValues", []) if isinstance(v, str))
+        for v in node.values():
+            _lexicon_names(v, out)
+    elif isinstance(node, list):
+        for v in node:
+            _lexicon_names(v, out)
+
+
+def test_the_protocol_doc_names_every_collection_def_field_and_known_value_of_the_lexicons() -> None:
+    text = PROTOCOL.read_text(encoding="utf-8")
+    missing = []
+    assert len(LEXICONS) >= 4
+    for path in LEXICONS:
+        lex = json.loads(path.read_text(encoding="utf-8"))
+        if f"`{lex['id']}`" not in text:
+            missing.append(f"{lex['id']} (collection or defs NSID)")
+        for name, node in lex["defs"].items():
+            if name != "main" and f"`{name}`" not in text and f"#{name}`" not in text:
+                missing.append(f"{lex['id']}#{name} (def)")
+            names: set[str] = set()
+            _lexicon_names(node, names)
+            missing += [f"{lex['id']}#{name}: `{n}`" for n in sorted(names) if f"`{n}`" not in text]
+    assert missing == [], "docs/protocol.md does not mention:\n" + "\n".join(missing)
+
+
+def _table_keys(header: str) -> set[str]:
+    """The first cells of the body rows of the protocol doc's table whose header starts
+    with ``| `header` |``."""
+    lines = PROTOCOL.read_text(encoding="utf-8").split("\n")
+    starts = [i for i, ln in enumerate(lines[:-1]) if ln.startswith(f"| `{header}` |") and lines[i + 1].startswith("|-")]
+    assert len(starts) == 1, f"docs/protocol.md: expected one table headed `{header}`"
+    rows = []
+    for ln in lines[starts[0] + 2:]:
+        if not ln.startswith("|"):
+            break
+        rows.append(ln.split("|")[1].strip().strip("`"))
+    return set(rows)
+
+
+def test_the_protocol_doc_lists_exactly_the_statuses_and_error_kinds_gelbridge_writes() -> None:
+    assert _table_keys("status") == {str(s) for s in ReplyStatus}
+    assert _table_keys("error.kind") == set(REPLY_ERROR_KINDS)
+
+
+def test_the_record_examples_of_the_protocol_doc_are_valid_records() -> None:
+    checked = 0
+    for b, v in _json_blocks(PROTOCOL):
+        if not isinstance(v, dict):
+            continue
+        t = v.get("$type")
+        try:
+            if t in COLLECTIONS:
+                parse_record(t, v, uri=f"docs/protocol.md:{b.line}")
+            elif t == PLAIN_CONTENT_TYPE:
+                PlainContent.from_value(v)
+            elif isinstance(t, str) and t.startswith("chat.gel.assistant.defs#") and t.endswith("Part"):
+                PlainContent.from_value({"$type": PLAIN_CONTENT_TYPE, "parts": [v]})
+            else:
+                continue
+        except GelbridgeError as e:
+            raise AssertionError(f"{b.where(REPO)}: not a valid {t}: {e}") from None
+        checked += 1
+    assert checked >= 5
+
+
+def test_the_sealing_example_opens_with_gelbridge_and_seals_back_to_the_same_bytes() -> None:
+    ex = _example("associatedData")
+    key = base64.b64decode(ex["key"], validate=True)
+    ring = Keyring({ex["keyId"]: key})
+    assert ex["associatedData"].encode() == sealing._ad(ex["uri"], ex["keyId"])  # what gelbridge binds
+    record = _user_message_example()
+    assert record["content"]["keyId"] == ex["keyId"]
+    assert record["content"]["nonce"] == {"$bytes": ex["nonce"]} and record["content"]["ciphertext"] == {
+        "$bytes": ex["ciphertext"]}
+    enc = EncryptedContent.from_value(record["content"])
+    opened = sealing.open_content(enc, uri=ex["uri"], keyring=ring)
+    assert opened.to_value() == json.loads(ex["plaintext"])
+    assert sealing.open_bytes(enc, uri=ex["uri"], keyring=ring) == ex["plaintext"].encode()
+    again = sealing._encrypt(ex["plaintext"].encode(), sealing._ad(ex["uri"], ex["keyId"]), enc.nonce, key)
+    assert codec.b64encode(again) == ex["ciphertext"]
+    with pytest.raises(GelbridgeError):  # the same bytes in another record do not open
+        sealing.open_content(enc, uri=ex["uri"] + "x", keyring=ring)
+
+
+def test_the_python_sealing_code_of_the_protocol_doc_works_with_gelbridge() -> None:
+    snippets = [b for b in PARSED[PROTOCOL].blocks if b.lang == "python" and "def seal(" in b.text]
+    assert len(snippets) == 1
+    code: dict[str, Any] = {}
+    exec(compile(snippets[0].text, f"{PROTOCOL}:{snippets[0].line}", "exec"), code)  # our own doc
+    ex = _example("associatedData")
+    key = base64.b64decode(ex["key"])
+    ring = Keyring({ex["keyId"]: key})
+    value = json.loads(ex["plaintext"])
+    fixed = code["seal"](value, uri=ex["uri"], key_id=ex["keyId"], key=key, nonce=code["unb64"](ex["nonce"]))
+    assert fixed == _user_message_example()["content"]
+    fresh = code["seal"](value, uri=ex["uri"], key_id=ex["keyId"], key=key)
+    assert fresh["nonce"] != fixed["nonce"]
+    assert sealing.open_content(EncryptedContent.from_value(fresh), uri=ex["uri"], keyring=ring).to_value() == value
+    ours = sealing.seal_content(PlainContent.from_value(value), uri=ex["uri"], key_id=ex["keyId"], keyring=ring)
+    assert code["open_sealed"](ours.to_value(), uri=ex["uri"], key=key) == value
+    assert sealing.open_blob(code["seal_blob"](b"%PDF-1.7", key_id=ex["keyId"], key=key), key_id=ex["keyId"],
+                             keyring=ring) == b"%PDF-1.7"
+
+
+def test_the_key_grant_example_opens_with_hpke_to_the_sealing_example_key() -> None:
+    from cryptography.exceptions import InvalidTag
+    from cryptography.hazmat.primitives import hpke, serialization
+    from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
+
+    ex, key_ex = _example("bridgePrivateKey"), _example("associatedData")
+    bridge, grant = ex["bridge"], ex["grant"]
+    private = X25519PrivateKey.from_private_bytes(codec.b64decode(ex["bridgePrivateKey"]))
+    public = codec.b64decode(bridge["record"]["publicKey"]["$bytes"])
+    assert private.public_key().public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw) == public
+    digest = hashlib.sha256(public).hexdigest()[:24]
+    assert bridge["fingerprint"] == "-".join(digest[i:i + 4] for i in range(0, 24, 4))
+    record = grant["record"]
+    assert bridge["uri"].rsplit("/", 1)[1] == record["recipient"] and record["keyId"] == key_ex["keyId"]
+    info = "\n".join([record["scheme"], grant["uri"], record["keyId"], record["recipient"]])
+    assert grant["info"] == info
+    sealed = codec.b64decode(record["sealedKey"]["$bytes"])
+    assert len(sealed) == 80
+    suite = hpke.Suite(hpke.KEM.X25519, hpke.KDF.HKDF_SHA256, hpke.AEAD.CHACHA20_POLY1305)
+    assert suite.decrypt(sealed, private, info.encode()) == base64.b64decode(key_ex["key"])
+    with pytest.raises(InvalidTag):  # relabelled for another keyId, it does not open
+        suite.decrypt(sealed, private, info.replace(record["keyId"], "other-key").encode())
