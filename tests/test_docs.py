@@ -203,6 +203,8 @@ def _failure(block: Block, line: int, script: str, r: StepResult) -> str:
     at = failed_line(script, r.line)
     first = script.split("\n")[at - 1].strip()
     return (f"{_rel(block.doc)}:{line + at - 1} (block at line {block.line}): `{first}` failed: {status}\n"
+            "(it runs with no network, in a copy of the repository; a block that cannot, e.g. it needs a PDS or "
+            "an API key, says so: <!-- docs-test: skip (why) --> on the line before its fence)\n"
             f"--- stdout (end) ---\n{r.stdout[-1500:]}\n--- stderr (end) ---\n{r.stderr[-1500:]}")
 
 

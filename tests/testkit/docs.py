@@ -443,7 +443,8 @@ def _drive(plan_path: Path) -> list[dict[str, Any]]:
                 note = ""
             except subprocess.TimeoutExpired:
                 _stop(proc)
-                rc, note = None, f"still running after {COMMAND_TIMEOUT:g} s"
+                rc, note = None, (f"still running after {COMMAND_TIMEOUT:g} s (a server? mark its block "
+                                  "<!-- docs-test: background --> or skip it with a reason)")
             errline = (state / "errline").read_text().strip() if (state / "errline").exists() else ""
             results.append({"id": sid, "rc": rc, "stdout": _tail(out), "stderr": _tail(err), "note": note,
                             "seconds": time.monotonic() - t0,
