@@ -47,6 +47,8 @@ _T = TypeVar("_T")
 
 DEFAULT_MAX_BLOB_BYTES: Final = 5 * 1024 * 1024  # reference PDS default upload limit
 DEFAULT_MAX_REPO_BYTES: Final = 256 * 1024 * 1024
+#: the JWT scope of a session made with the main password (not an app password)
+MAIN_PASSWORD_SCOPE: Final = "com.atproto.access"
 
 
 # --- values -----------------------------------------------------------------------------
@@ -60,6 +62,13 @@ class Session:
     handle: str
     access_jwt: str = field(repr=False)
     refresh_jwt: str = field(repr=False)
+
+    @property
+    def main_password(self) -> bool:
+        """Made with the account's main password, not an app password: the reference PDS
+        gives such a session the scope ``com.atproto.access`` (an app password's is
+        ``com.atproto.appPass``, a privileged one's ``com.atproto.appPassPrivileged``)."""
+        return jwt_claims(self.access_jwt).get("scope") == MAIN_PASSWORD_SCOPE
 
     def to_dict(self) -> dict[str, str]:
         """Plain dict for persisting (it holds secrets: store it like a password)."""
@@ -137,14 +146,20 @@ SessionCallback = Callable[[Session], Awaitable[None] | None]
 # --- pure helpers -------------------------------------------------------------------------
 
 
-def jwt_expiry(token: str) -> float | None:
-    """The ``exp`` claim of a JWT (seconds since the epoch), read without verifying it."""
+def jwt_claims(token: str) -> dict[str, Any]:
+    """The claims of a JWT, read without verifying it (empty if it is not one)."""
     try:
         payload = token.split(".")[1]
         payload += "=" * (-len(payload) % 4)
-        exp = json.loads(base64.urlsafe_b64decode(payload)).get("exp")
-    except (IndexError, ValueError, binascii.Error, AttributeError):
-        return None
+        claims = json.loads(base64.urlsafe_b64decode(payload))
+    except (IndexError, ValueError, binascii.Error):
+        return {}
+    return claims if isinstance(claims, dict) else {}
+
+
+def jwt_expiry(token: str) -> float | None:
+    """The ``exp`` claim of a JWT (seconds since the epoch), read without verifying it."""
+    exp = jwt_claims(token).get("exp")
     return float(exp) if isinstance(exp, (int, float)) else None
 
 
@@ -396,6 +411,12 @@ class PdsClient:
             retry="write",
         )
         return await self._set_session(Session.from_dict(data))
+
+    async def logout(self) -> None:
+        """deleteSession: the PDS forgets this session (its refresh token stops working)."""
+        session = self._require_session()
+        await self._call("POST", "com.atproto.server.deleteSession", auth=session.refresh_jwt, retry="write")
+        self._session = None
 
     def resume(self, session: Session) -> None:
         """Use a stored session (no network call; it is refreshed when needed)."""

@@ -130,6 +130,20 @@ async def test_wrong_password_is_an_auth_error(dev_pds: DevPds, pds_account: Acc
             await c.login(pds_account.handle, "not-the-password")
 
 
+async def test_a_session_says_whether_the_main_password_made_it_and_logout_ends_it(
+    dev_pds: DevPds, pds_account: AccountInfo
+) -> None:
+    async with PdsClient(dev_pds.pds_url) as c:
+        main = await c.login(pds_account.handle, pds_account.password)
+        app = await c.login(pds_account.handle, pds_account.app_password)
+        assert main.main_password and not app.main_password
+        await c.logout()
+        assert c.session is None
+    async with PdsClient(dev_pds.pds_url, session=app) as gone:
+        with pytest.raises(PdsAuthError):  # the PDS forgot the session: its refresh token is refused
+            await gone.refresh()
+
+
 async def test_put_get_list_with_non_tid_key_and_bytes(client: PdsClient) -> None:
     ct = bytes(range(256))
     put = await client.put_record(MSG, REPLY_KEY, message(ct))
