@@ -1,7 +1,7 @@
 """Configuration: one TOML file plus environment variables → typed settings.
 
 Lookup order for the file: the ``--config`` option, then ``$GELBRIDGE_CONFIG``, then
-no file (embedded defaults). Environment variables override single keys:
+``./gelbridge.toml`` in the working directory, then no file (embedded defaults). Environment variables override single keys:
 
 - ``GELBRIDGE_KEYRING``      → ``keyring.path``
 - ``GELBRIDGE_STATE_DIR``    → ``state.dir``
@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import os
 import tomllib
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 from urllib.parse import urlsplit
@@ -418,13 +419,15 @@ def config_problems(err: ValidationError) -> list[str]:
             known = [f.alias or n for n, f in model.model_fields.items()] if model is not None else []
             out.append(unknown_key_problem(loc, known))
         else:
-            out.append(f"{_where(loc) if loc else '(top level)'}: {e['msg']}")
+            msg = "must be a path (a string)" if e["type"] == "path_type" else e["msg"]
+            out.append(f"{_where(loc) if loc else '(top level)'}: {msg}")
     return out
 
 
-def _table_problems(data: dict[str, Any]) -> list[str]:
+def _take_table_problems(data: dict[str, Any]) -> list[str]:
     """``[tools]`` and ``[mcp]`` are free-form tables in ``Settings``: check them here, so
-    a typo there fails at start-up like any other."""
+    a typo there fails at start-up like any other. What is wrong is taken out of ``data``
+    (the rest can still be checked against the world)."""
     from gelbridge._tools.config import BUILTIN_CONFIGS, mcp_problems
 
     out: list[str] = []
@@ -438,12 +441,14 @@ def _table_problems(data: dict[str, Any]) -> list[str]:
                 loc = ("tools", *er["loc"])
                 out.append(unknown_key_problem(loc, list(ToolsConfig.model_fields))
                            if er["type"] == "extra_forbidden" else f"{_where(loc)}: {er['msg']}")
-        for name, table in tools.items():
+                tools.pop(er["loc"][0], None)
+        for name, table in list(tools.items()):
             if not isinstance(table, dict):
                 continue
             if name not in BUILTIN_CONFIGS:
                 out.append(unknown_key_problem(("tools", name), list(BUILTIN_CONFIGS)).replace(
                     "unknown key", "not a built-in tool (MCP servers go under [mcp.servers.<name>])", 1))
+                del tools[name]
                 continue
             try:
                 BUILTIN_CONFIGS[name].model_validate(table)
@@ -453,10 +458,69 @@ def _table_problems(data: dict[str, Any]) -> list[str]:
                         if er["type"] != "extra_forbidden" else
                         unknown_key_problem(("tools", name, *er["loc"]), list(BUILTIN_CONFIGS[name].model_fields))
                         for er in e.errors()]
+                del tools[name]
     mcp = data.get("mcp")
     if isinstance(mcp, dict):
-        out += mcp_problems(mcp)
+        problems = mcp_problems(mcp)
+        out += problems
+        if problems:
+            servers = mcp.get("servers")
+            data["mcp"] = {"servers": {n: srv for n, srv in servers.items() if not mcp_problems({"servers": {n: srv}})}
+                           if isinstance(servers, dict) else {}}
     return out
+
+
+_DROPPED: Any = object()
+
+
+def _drop(data: Any, loc: tuple[Any, ...]) -> bool:
+    """Take out of ``data`` what a validation error's ``loc`` points at: the deepest part of
+    it that is there (a missing key: the table that lacks it). False: nothing to take."""
+    parent: Any = None
+    key: Any = None
+    node = data
+    for part in loc:
+        if isinstance(node, dict) and part in node or (
+                isinstance(node, list) and type(part) is int and 0 <= part < len(node)):
+            parent, key, node = node, part, node[part]
+        else:
+            break
+    if parent is None or node is _DROPPED:
+        return False
+    if isinstance(parent, dict):
+        del parent[key]
+    else:
+        parent[key] = _DROPPED  # indexes of the other errors stay right; swept out below
+    return True
+
+
+def _sweep(data: Any) -> Any:
+    if isinstance(data, dict):
+        return {k: _sweep(v) for k, v in data.items()}
+    if isinstance(data, list):
+        return [_sweep(v) for v in data if v is not _DROPPED]
+    return data
+
+
+def _best_effort(data: dict[str, Any]) -> tuple[Settings, list[str]]:
+    """The settings and every problem of ``data``: with problems, the settings without the
+    keys that have them (their defaults; an entry that lacks a required key: left out), so
+    what parsed can still be checked against the world. Takes those keys out of ``data``."""
+    try:
+        return Settings.model_validate(data), []
+    except ValidationError as e:
+        problems, err = config_problems(e), e
+    rest = data
+    for _ in range(64):  # each round takes at least one key out of the file: never reached
+        dropped = [_drop(rest, tuple(er["loc"])) for er in err.errors()]
+        if not any(dropped):
+            break
+        rest = _sweep(rest)
+        try:
+            return Settings.model_validate(rest), problems
+        except ValidationError as e:
+            err = e
+    return Settings(), problems
 
 
 def _format_validation_error(err: ValidationError, source: str) -> str:
@@ -469,20 +533,50 @@ def _problems_text(source: str, problems: list[str]) -> str:
     return f"{source}: {len(problems)} problems:\n" + "\n".join(f"  {p}" for p in problems)
 
 
-def load_config(
-    path: str | Path | None = None,
-    *,
-    env: dict[str, str] | None = None,
-) -> Settings:
-    """Read settings from a TOML file (optional) and the environment."""
+#: the file looked for in the working directory when neither --config nor $GELBRIDGE_CONFIG names one
+DEFAULT_FILE = "gelbridge.toml"
+NO_FILE = (f"no config file found (--config FILE, $GELBRIDGE_CONFIG, ./{DEFAULT_FILE}): write one (the README's "
+           f"{DEFAULT_FILE} example) and pass it with --config FILE")
+
+
+@dataclass
+class ReadConfig:
+    """A configuration as read: ``settings`` (with ``problems``: the best that parsed, the
+    keys that have problems at their defaults), ``problems`` of the file (one line each,
+    empty: none), and the file it came from (None: no file, embedded defaults)."""
+
+    settings: Settings
+    problems: list[str]
+    path: Path | None
+
+    @property
+    def source(self) -> str:
+        return str(self.path) if self.path is not None else "embedded defaults"
+
+
+def _in(base: Path, path: Any) -> Any:
+    """A relative path in the file, relative to the file (``base``); a value that is not a
+    string is left for the validation to name."""
+    if isinstance(path, str) and not Path(path).expanduser().is_absolute():
+        return str(base / path)
+    return path
+
+
+def read_config(path: str | Path | None = None, *, env: dict[str, str] | None = None) -> ReadConfig:
+    """Read settings from a TOML file and the environment, with every problem of the file
+    at once. The file: ``path``, else ``$GELBRIDGE_CONFIG``, else ``./gelbridge.toml`` if
+    there is one, else none. Raises ConfigError only for a file that cannot be read or
+    is not TOML."""
     env = dict(os.environ) if env is None else env
     if path is None and env.get("GELBRIDGE_CONFIG"):
         path = env["GELBRIDGE_CONFIG"]
+    if path is None and Path(DEFAULT_FILE).is_file():
+        path = Path.cwd() / DEFAULT_FILE
     data: dict[str, Any] = {}
-    source = "embedded defaults"
+    problems: list[str] = []
+    p: Path | None = None
     if path is not None:
-        p = Path(path).expanduser()
-        source = str(p)
+        p = Path(path).expanduser().absolute()
         try:
             data = tomllib.loads(p.read_text(encoding="utf-8"))
         except FileNotFoundError:
@@ -492,18 +586,19 @@ def load_config(
         base = p.parent
         # Relative paths in the file are relative to the file, not the working directory.
         kr = data.get("keyring", {})
-        if isinstance(kr, dict) and kr.get("path") and not Path(kr["path"]).expanduser().is_absolute():
-            kr["path"] = str(base / kr["path"])
+        if isinstance(kr, dict) and kr.get("path"):
+            kr["path"] = _in(base, kr["path"])
         st = data.get("state", {})
-        if isinstance(st, dict) and st.get("dir") and not Path(st["dir"]).expanduser().is_absolute():
-            st["dir"] = str(base / st["dir"])
+        if isinstance(st, dict) and st.get("dir"):
+            st["dir"] = _in(base, st["dir"])
         if isinstance(st, dict) and isinstance(st.get("url"), str) and urlsplit(st["url"]).password:
-            raise ConfigError(f"{p}: [state] url has a password in it; keep secrets out of the file: "
-                              "set GELBRIDGE_STATE_URL (the whole URL) or PGPASSWORD instead")
+            problems.append("[state] url has a password in it; keep secrets out of the file: "
+                            "set GELBRIDGE_STATE_URL (the whole URL) or PGPASSWORD instead")
+            del st["url"]
         for acct in data.get("accounts", []) if isinstance(data.get("accounts"), list) else []:
             for k in ("keyring", "state_dir"):
-                if isinstance(acct, dict) and acct.get(k) and not Path(acct[k]).expanduser().is_absolute():
-                    acct[k] = str(base / acct[k])
+                if isinstance(acct, dict) and acct.get(k):
+                    acct[k] = _in(base, acct[k])
         mcp = data.get("mcp", {})
         servers = mcp.get("servers", {}) if isinstance(mcp, dict) else {}
         if isinstance(servers, dict):
@@ -514,22 +609,27 @@ def load_config(
                     cwd = srv.get("cwd")
                     if not cwd:
                         srv["cwd"] = str(base)
-                    elif isinstance(cwd, str) and not Path(cwd).expanduser().is_absolute():
-                        srv["cwd"] = str(base / cwd)
+                    else:
+                        srv["cwd"] = _in(base, cwd)
         ad = data.get("adapters", {})
         if isinstance(ad, dict) and isinstance(ad.get("dirs"), list):
-            ad["dirs"] = [
-                d if Path(d).expanduser().is_absolute() else str(base / d) for d in ad["dirs"]
-            ]
+            ad["dirs"] = [_in(base, d) for d in ad["dirs"]]
     for var, (section, key) in _ENV_OVERRIDES.items():
         if env.get(var):
             data.setdefault(section, {})[key] = env[var]
-    try:
-        settings = Settings.model_validate(data)
-        problems: list[str] = []
-    except ValidationError as e:
-        settings, problems = None, config_problems(e)
-    problems += _table_problems(data)
-    if problems or settings is None:
-        raise ConfigError(_problems_text(source, problems))
-    return settings
+    tables = _take_table_problems(data)
+    settings, found = _best_effort(data)
+    return ReadConfig(settings, problems + found + tables, p)
+
+
+def load_config(
+    path: str | Path | None = None,
+    *,
+    env: dict[str, str] | None = None,
+) -> Settings:
+    """Read settings from a TOML file (``path``, ``$GELBRIDGE_CONFIG`` or ``./gelbridge.toml``;
+    none: embedded defaults) and the environment; ConfigError lists every problem."""
+    read = read_config(path, env=env)
+    if read.problems:
+        raise ConfigError(_problems_text(read.source, read.problems))
+    return read.settings

@@ -76,3 +76,69 @@ def test_web_search_options_are_checked_at_start(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match=r"\[tools.web_search\] set allowed_domains or blocked_domains, not both"):
         load_config(write(tmp_path / "3", '[tools.web_search]\nallowed_domains = ["a.org"]\n'
                                           'blocked_domains = ["b.org"]\n'), env={})
+
+
+def test_a_file_with_problems_gives_all_of_them_and_the_settings_that_parsed(tmp_path: Path) -> None:
+    from gelbridge._config import read_config
+
+    p = write(tmp_path, (
+        '[wacth]\nsource = "poll"\n'
+        '[tools]\nmax_step = 3\ncall_timeout = 5\n'
+        '[state]\nurl = "postgresql://bot:secret@127.0.0.1/db"\n'
+        '[replies]\nupdate_interval = "soon"\nallow_plain = false\n'
+        '[providers.openai]\nadapter = "openia"\nbase_url = "https://api.openai.com/v1"\napi_key_env = "OPENAI_API_KEY"\n'
+        '[providers.broken]\nadapter = 5\nbase_url = "http://127.0.0.1:9"\n'
+        '[[accounts]]\nname = "no-identifier"\n'
+        '[[accounts]]\nidentifier = "b.test"\nkeyring = "b.json"\nkeyrnig = "typo"\n'
+        '[mcp.servers.bad]\ncommand = ["x"]\nbogus = 1\n'
+        '[mcp.servers.good]\ncommand = ["y"]\n'
+    ))
+    read = read_config(p, env={})
+    assert read.path == p and sorted(read.problems) == sorted([
+        "[state] url has a password in it; keep secrets out of the file: set GELBRIDGE_STATE_URL (the whole URL) "
+        "or PGPASSWORD instead",
+        "[replies] update_interval: Input should be a valid number, unable to parse string as a number",
+        "[providers.broken] adapter: Input should be a valid string",
+        "[accounts.0] identifier: Field required",
+        "[accounts.1] keyrnig: unknown key; did you mean [accounts.1] keyring?",
+        "[wacth]: unknown section; did you mean [watch]?",
+        "[tools] max_step: unknown key; did you mean [tools] max_steps?",
+        "[mcp.servers.bad] bogus: unknown key; known here: " + ", ".join(sorted(
+            ["approval", "command", "cwd", "enabled", "env", "env_passthrough", "headers", "headers_env",
+             "startup_timeout", "tools", "url"])),
+    ])
+    s = read.settings  # what parsed, the keys with problems at their defaults (an entry lacking one: left out)
+    assert s.providers["openai"].adapter == "openia" and "broken" not in s.providers
+    assert s.replies.update_interval == 2.0 and s.replies.allow_plain is False
+    assert s.state.url is None and s.tools_settings.call_timeout == 5 and s.tools_settings.max_steps == 8
+    assert [(a.identifier, a.keyring) for a in s.accounts] == [("b.test", p.parent / "b.json")]
+    assert list(s.mcp["servers"]) == ["good"]
+    with pytest.raises(ConfigError) as e:  # load_config refuses the file, naming every problem
+        load_config(p, env={})
+    assert str(e.value).startswith(f"{p}: 8 problems:\n") and all(line in str(e.value) for line in read.problems)
+
+
+def test_the_file_is_looked_for_in_the_working_directory_last(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from gelbridge._config import read_config
+
+    monkeypatch.chdir(tmp_path)
+    assert read_config(None, env={}).path is None  # no file anywhere: embedded defaults
+    (tmp_path / "gelbridge.toml").write_text('[watch]\nsource = "poll"\n')
+    here = read_config(None, env={})
+    assert here.path == tmp_path / "gelbridge.toml" and here.settings.watch.source == "poll"
+    named = write(tmp_path / "elsewhere", '[watch]\nsource = "jetstream"\n')
+    assert read_config(None, env={"GELBRIDGE_CONFIG": str(named)}).path == named
+    assert load_config(named, env={}).watch.source == "jetstream"
+
+
+def test_a_path_of_the_wrong_type_is_a_problem_not_a_crash(tmp_path: Path) -> None:
+    from gelbridge._config import read_config
+
+    p = write(tmp_path, '[keyring]\npath = 1\n[state]\ndir = true\n[adapters]\ndirs = ["ok", 2]\n'
+                        '[[accounts]]\nidentifier = "b.test"\nkeyring = 3\n')
+    read = read_config(p, env={})
+    assert sorted(read.problems) == ["[accounts.0] keyring: must be a path (a string)",
+                                     "[adapters.dirs] 1: must be a path (a string)",
+                                     "[keyring] path: must be a path (a string)",
+                                     "[state] dir: must be a path (a string)"]
+    assert read.settings.adapters.dirs == [p.parent / "ok"]
