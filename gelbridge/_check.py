@@ -1,35 +1,62 @@
 """``gelbridge check``: an operator's mistake is found at start, never in a user's chat.
 
-The file itself is checked when it is read (``config.load_config``: every unknown key
+The file itself is checked when it is read (``config.read_config``: every unknown key
 with the closest valid name, every wrong value, all at once). This module checks the
-configuration against the world: every ``[providers.*]`` names a loaded adapter and its
-``api_key_env`` is set; every default model names a configured provider and every
-default tool exists; each account's keyring is readable and holds a key; every MCP
-server starts and lists its tools; the PDS answers and the credentials log in.
-``gelbridge run`` runs the same checks (the login is the worker's own) before it says
-ready, and exits non-zero on any problem, before anything is written to a PDS.
+configuration against the world, as far as it parsed (:func:`check_config` reports
+both in one run): every ``[adapters] dirs`` entry exists and every ``[providers.*]``
+names a loaded adapter and its ``api_key_env`` is set; every default model names a
+configured provider and every default tool exists; each account's keyring is readable
+and holds a key; every MCP server starts and lists its tools; the PDS answers and the
+credentials log in (a fresh createSession, whatever session the state holds; the
+session is deleted again, and a main password instead of an app password is a warning).
+``gelbridge run`` runs the same checks before it opens its state, and exits non-zero on
+any problem, before anything is written to a PDS.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from gelbridge._config import Settings
-from gelbridge._errors import GelbridgeError, PdsAuthError, PdsError
+from gelbridge._config import NO_FILE, ReadConfig, Settings
+from gelbridge._errors import GelbridgeError, PdsAuthError, PdsError, PdsRateLimited
+
+#: createSession calls at once when many accounts are checked
+_LOGINS_AT_ONCE = 8
 
 
 @dataclass
 class CheckReport:
-    """What was checked (``lines``, a short summary) and what is wrong (``problems``,
-    one line each; empty: all is well)."""
+    """What was checked (``lines``, a short summary), what is wrong (``problems``, one
+    line each; empty: all is well) and what works but should change (``warnings``)."""
 
     lines: list[str] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
         return not self.problems
+
+    def add(self, other: CheckReport) -> None:
+        self.lines += other.lines
+        self.problems += other.problems
+        self.warnings += other.warnings
+
+
+async def check_config(read: ReadConfig, *, environ: Mapping[str, str], login: bool = True) -> CheckReport:
+    """The file's problems (``read.problems``) and the world's (:func:`check_settings` on
+    what parsed) in one report. No file at all and no account from the environment: one
+    problem that says so (the world checks would only find the defaults wanting)."""
+    if read.path is None and not read.settings.account.identifier:
+        return CheckReport(problems=[NO_FILE])
+    rep = await check_settings(read.settings, environ=environ, login=login)
+    rep.problems[:0] = read.problems
+    if read.path is None:
+        rep.lines.insert(0, "config     no file: embedded defaults and the environment")
+    return rep
 
 
 async def check_settings(settings: Settings, *, environ: Mapping[str, str], login: bool = True) -> CheckReport:
@@ -56,6 +83,7 @@ async def check_settings(settings: Settings, *, environ: Mapping[str, str], logi
         else:
             rep.lines.append(f"traces     OTLP/HTTP to {settings.observability.otlp_endpoint or 'the SDK default'}")
     _check_state(settings, rep)
+    _check_adapter_dirs(settings, rep)
     _check_providers(settings, environ, rep)
     per_account = [settings.for_account(a) for a in accounts] if settings.accounts else (
         [settings] if accounts else [])
@@ -64,8 +92,16 @@ async def check_settings(settings: Settings, *, environ: Mapping[str, str], logi
         _check_keyring(acct, environ, rep, label=_label(settings, acct))
     await _check_tools(settings, environ, rep)
     if login:
-        for acct in per_account:
-            await _check_login(acct, environ, rep, label=_label(settings, acct))
+        gate = asyncio.Semaphore(_LOGINS_AT_ONCE)
+
+        async def one(acct: Settings) -> CheckReport:
+            part = CheckReport()
+            async with gate:
+                await _check_login(acct, environ, part, label=_label(settings, acct))
+            return part
+
+        for part in await asyncio.gather(*(one(a) for a in per_account)):
+            rep.add(part)
     return rep
 
 
@@ -87,6 +123,16 @@ def _check_state(settings: Settings, rep: CheckReport) -> None:
 
 def _label(settings: Settings, acct: Settings) -> str:
     return f"[[accounts]] {acct.account.identifier}" if settings.accounts else "[account]"
+
+
+def _check_adapter_dirs(settings: Settings, rep: CheckReport) -> None:
+    """``[adapters] dirs``: each one a directory (a missing one would be skipped unseen)."""
+    for d in settings.adapters.dirs:
+        path = d.expanduser()
+        if not path.is_dir():
+            what = "is not a directory" if path.exists() else "does not exist"
+            rep.problems.append(f"[adapters] dirs: {path} {what}: create it (your .lua adapters go there) "
+                                "or take it out of dirs")
 
 
 def _check_providers(settings: Settings, environ: Mapping[str, str], rep: CheckReport) -> None:
@@ -120,16 +166,21 @@ def _check_defaults(acct: Settings, rep: CheckReport, *, label: str) -> None:
 
 
 def _check_keyring(acct: Settings, environ: Mapping[str, str], rep: CheckReport, *, label: str) -> None:
+    from gelbridge._sealing import KEYRING_ENV, key_advice
     from gelbridge._worker.service import load_keyring
 
+    where = "[keyring] path" if label == "[account]" else f"{label} keyring"
+    if acct.keyring.path is None and not environ.get(KEYRING_ENV):
+        rep.problems.append(f"{where}: not set: name the keyring file there (or in ${KEYRING_ENV})")
+        return
     try:
         ring = load_keyring(acct, environ)
     except GelbridgeError as e:
-        rep.problems.append(f"{label} keyring: {e}")
+        rep.problems.append(f"{where}: {e}")
         return
     if len(ring) == 0:
-        rep.problems.append(f"{label} keyring holds no key: add one with 'gelbridge keys new --keyring FILE' "
-                            "(or the key your chat app shares)")
+        path = acct.keyring.path or environ[KEYRING_ENV]
+        rep.problems.append(f"{where}: {path} holds no key: {key_advice(path)}")
         return
     rep.lines.append(f"keyring    {label}: {len(ring)} key(s)")
 
@@ -176,9 +227,16 @@ async def _check_login(acct: Settings, environ: Mapping[str, str], rep: CheckRep
     try:
         async with PdsClient(url) as pds:
             session = await pds.login(a.identifier, password)
+            with contextlib.suppress(PdsError):  # the check's own session: not left behind on the PDS
+                await pds.logout()
     except PdsAuthError:
         rep.problems.append(f"{label}: the PDS at {url} refused the login of {a.identifier}: check the "
                             f"identifier and the app password in ${a.password_env}")
+        return
+    except PdsRateLimited as e:
+        wait = f" (about {e.retry_after:.0f} s)" if e.retry_after is not None else ""
+        rep.problems.append(f"{label}: the PDS at {url} rate-limits the logins of {a.identifier}: "
+                            f"try again later{wait}")
         return
     except PdsError as e:
         rep.problems.append(f"{label}: the PDS at {url} does not answer ({type(e).__name__}): check pds = ...")
@@ -190,3 +248,7 @@ async def _check_login(acct: Settings, environ: Mapping[str, str], rep: CheckRep
         return
     how = "" if a.pds else " (resolved from the identifier)"
     rep.lines.append(f"pds        {label}: {url}{how} logged in as {session.handle} ({session.did})")
+    if session.main_password:
+        rep.warnings.append(f"{label} password_env: ${a.password_env} holds the account's main password: make an "
+                            f"app password (your PDS account's settings, App Passwords; Bluesky: Settings > Privacy "
+                            f"and security > App passwords) and put it in ${a.password_env}")

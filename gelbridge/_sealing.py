@@ -69,6 +69,15 @@ NONCE_BYTES: Final = 24
 TAG_BYTES: Final = 16
 KEYRING_ENV: Final = "GELBRIDGE_KEYRING"
 
+
+def key_advice(path: str | os.PathLike[str]) -> str:
+    """What to do about a keyring file that is missing or empty: the key the chat app
+    shares goes in it; a new key only when starting fresh (the app must then get it)."""
+    shape = '{"keys": {"<keyId>": "<base64 key>"}}'
+    return (f"save the key your chat app shares in it as {shape}; only when starting fresh, make a new "
+            f"one with 'gelbridge keys new --keyring {path}' (and give it to the chat app)")
+
+
 _KEY_ID_RE = re.compile(r"[A-Za-z0-9._:-]{1,128}")
 
 
@@ -153,9 +162,7 @@ class Keyring(Mapping[str, bytes]):
         except UnicodeDecodeError:
             raise KeyringError(f"keyring file {p} is not UTF-8 text") from None
         except FileNotFoundError:
-            raise KeyringError(
-                f"keyring file {p} does not exist: create one with 'gelbridge keys new --keyring {p}'"
-            ) from None
+            raise KeyringError(f"keyring file {p} does not exist: check the path, or {key_advice(p)}") from None
         except OSError as e:
             raise KeyringError(f"cannot read keyring file {p}: {e.strerror}") from None
         try:

@@ -5,6 +5,8 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
+import pytest
+
 from gelbridge._check import check_settings
 from gelbridge._config import Settings
 
@@ -47,3 +49,68 @@ async def test_a_state_url_is_probed_at_start_without_changing_the_database(post
     no_url = Settings.model_validate({"state": {"url": postgres_url}, "watch": {"source": "jetstream"}})
     rep = await check_settings(no_url, environ={}, login=False)
     assert any('needs url = "wss://<jetstream host>"' in p for p in rep.problems)
+
+
+def test_the_files_problems_and_the_worlds_come_in_one_report(tmp_path: Path) -> None:
+    from gelbridge._check import check_config
+    from gelbridge._config import read_config
+
+    cfg = tmp_path / "gelbridge.toml"
+    cfg.write_text('[account]\nidentifier = "a.test"\n[wacth]\nsource = "poll"\n[tools]\nmax_step = 3\n'
+                   '[providers.openai]\nadapter = "openia"\nbase_url = "https://api.openai.com/v1"\n'
+                   'api_key_env = "OPENAI_API_KEY"\n')
+    rep = asyncio.run(check_config(read_config(cfg, env={}), environ={}, login=False))
+    assert rep.problems[:2] == ["[wacth]: unknown section; did you mean [watch]?",
+                                "[tools] max_step: unknown key; did you mean [tools] max_steps?"]
+    assert any(p.startswith("[providers.openai] adapter = 'openia': no such adapter") for p in rep.problems)
+    assert "[providers.openai] api_key_env: $OPENAI_API_KEY is not set; export the API key in it" in rep.problems
+
+
+def test_no_config_file_is_one_problem_that_says_how_to_make_one(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from gelbridge._check import check_config
+    from gelbridge._config import read_config
+
+    monkeypatch.chdir(tmp_path)
+    rep = asyncio.run(check_config(read_config(None, env={}), environ={}, login=False))
+    [problem] = rep.problems
+    assert problem.startswith("no config file found (--config FILE, $GELBRIDGE_CONFIG, ./gelbridge.toml)")
+    # the account from the environment alone: checked as it is (no file is needed then)
+    env = {"GELBRIDGE_IDENTIFIER": "a.test", "GELBRIDGE_KEYRING": str(tmp_path / "k.json")}
+    rep = asyncio.run(check_config(read_config(None, env=env), environ=env, login=False))
+    assert not any("no config file" in p for p in rep.problems) and rep.lines[0].startswith("config     no file")
+    assert any(p.startswith("[keyring] path: keyring file") for p in rep.problems)
+
+
+def test_an_adapters_dir_that_is_not_there_is_named(tmp_path: Path) -> None:
+    (tmp_path / "a-file").write_text("")
+    settings = Settings.model_validate({"adapters": {"dirs": [str(tmp_path / "nowhere"), str(tmp_path / "a-file"),
+                                                              str(tmp_path)]}})
+    rep = asyncio.run(check_settings(settings, environ={}, login=False))
+    assert [p for p in rep.problems if p.startswith("[adapters] dirs")] == [
+        f"[adapters] dirs: {tmp_path / 'nowhere'} does not exist: create it (your .lua adapters go there) "
+        "or take it out of dirs",
+        f"[adapters] dirs: {tmp_path / 'a-file'} is not a directory: create it (your .lua adapters go there) "
+        "or take it out of dirs",
+    ]
+
+
+def test_keyring_problems_name_where_the_path_is_set_and_fit_a_key_from_the_chat_app(tmp_path: Path) -> None:
+    from gelbridge._sealing import Keyring
+
+    def problems(**data: object) -> list[str]:
+        settings = Settings.model_validate(data)
+        rep = asyncio.run(check_settings(settings, environ={}, login=False))
+        return [p for p in rep.problems if "keyring" in p]
+
+    missing = tmp_path / "missing.json"
+    [wrong] = problems(account={"identifier": "a.test"}, keyring={"path": str(missing)})
+    assert wrong.startswith(f"[keyring] path: keyring file {missing} does not exist: check the path, or save the "
+                            "key your chat app shares in it")
+    assert f"only when starting fresh, make a new one with 'gelbridge keys new --keyring {missing}'" in wrong
+    [entry] = problems(accounts=[{"identifier": "b.test", "keyring": str(missing)}])
+    assert entry.startswith(f"[[accounts]] b.test keyring: keyring file {missing} does not exist")
+    Keyring().save(tmp_path / "empty.json")
+    [empty] = problems(account={"identifier": "a.test"}, keyring={"path": str(tmp_path / "empty.json")})
+    assert empty.startswith(f"[keyring] path: {tmp_path / 'empty.json'} holds no key: save the key your chat app")
+    [unset] = problems(account={"identifier": "a.test"})
+    assert unset == "[keyring] path: not set: name the keyring file there (or in $GELBRIDGE_KEYRING)"

@@ -11,13 +11,17 @@ import time
 from datetime import datetime
 from enum import Enum
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
 
 from gelbridge._cli import app
 
-ConfigOption = typer.Option(None, "--config", "-c", help="TOML configuration file (or $GELBRIDGE_CONFIG).")
+if TYPE_CHECKING:
+    from gelbridge._config import Settings
+
+ConfigOption = typer.Option(None, "--config", "-c",
+                            help="TOML configuration file (else $GELBRIDGE_CONFIG, else ./gelbridge.toml).")
 
 
 def setup_logging(level: str, fmt: str = "text") -> None:
@@ -82,21 +86,29 @@ async def _run_until_signal(bridge: Any) -> None:
             loop.remove_signal_handler(sig)
 
 
-def _checked(settings: object, *, login: bool) -> list[str]:
-    """Run ``gelbridge check``'s checks; print each problem and exit 1 if there are any.
-    Returns the summary lines."""
+def _checked(config: Path | None, level: LogLevel | str | None, fmt: LogFormat | None, *,
+             command: str) -> tuple[Settings, list[str]]:
+    """Read the configuration and run ``gelbridge check``'s checks on it: the file's
+    problems and the world's, in one run. Prints each warning and problem (one line each)
+    and exits 1 if there are problems. Returns the settings and the summary lines."""
     import os
 
-    from gelbridge._check import check_settings
+    from gelbridge._check import check_config
+    from gelbridge._config import read_config
 
-    rep = asyncio.run(check_settings(settings, environ=os.environ, login=login))  # type: ignore[arg-type]
+    read = read_config(config)
+    _logging_for(read.settings, level, fmt)
+    rep = asyncio.run(check_config(read, environ=os.environ))
+    for w in rep.warnings:
+        print(f"warning: {w}", file=sys.stderr)
+    for p in rep.problems:
+        print(f"error: {p}", file=sys.stderr)
+    if len(rep.problems) > 1:
+        print(f"{command}: {len(rep.problems)} problems in {read.source}"
+              f"{'; nothing was started' if command == 'run' else ''}", file=sys.stderr)
     if rep.problems:
-        for p in rep.problems:
-            print(f"error: {p}", file=sys.stderr)
-        print(f"error: {len(rep.problems)} problem(s) in the configuration; nothing was started "
-              "('gelbridge check --config FILE' checks it again)", file=sys.stderr)
         raise typer.Exit(1)
-    return rep.lines
+    return read.settings, rep.lines
 
 
 @app.command("check")
@@ -105,18 +117,17 @@ def check_command(
     log_level: LogLevel | None = LogLevelOption,
     log_format: LogFormat | None = LogFormatOption,
 ) -> None:
-    """Check the configuration against the world, then exit: every provider's adapter
-    and API key, default models and tools, keyrings, MCP servers (started and listed),
-    and the PDS login (one createSession per account).
+    """Check the configuration, then exit: the file (every unknown key, every bad value)
+    and, in the same run, the world: every provider's adapter and API key, adapter
+    directories, default models and tools, keyrings, MCP servers (started and listed),
+    and the PDS login (one createSession per account, whatever session the state holds).
 
-    Prints a short summary and exits 0 when all is well; otherwise one line per problem
-    and exit code 1. 'gelbridge run' runs the same checks before it says ready.
+    Prints a short summary and exits 0 when all is well (a warning, e.g. a main password
+    where an app password belongs, does not fail it); otherwise one line per problem and
+    exit code 1. 'gelbridge run' runs the same checks before it opens its state.
     """
-    from gelbridge._config import load_config
-
-    settings = load_config(config)
-    _logging_for(settings, log_level or "warning", log_format)
-    for line in _checked(settings, login=True):
+    _, lines = _checked(config, log_level or "warning", log_format, command="check")
+    for line in lines:
         print(f"  {line}")
     print("check: ok")
 
@@ -129,20 +140,19 @@ def run_command(
 ) -> None:
     """Watch your PDS and answer every message that asks for a reply (until Ctrl-C / SIGTERM).
 
-    Logs in once (the session is kept in the state directory), backfills what is owed,
-    then follows the firehose (or polls). SIGTERM/Ctrl-C: running replies get
-    [worker] shutdown_grace seconds, then end with status error/interrupted.
+    First runs 'gelbridge check''s checks (the login included) and exits 1 on any
+    problem, before it opens its state. Then logs in (the session is kept in the state
+    directory), backfills what is owed, then follows the firehose (or polls).
+    SIGTERM/Ctrl-C: running replies get [worker] shutdown_grace seconds, then end with
+    status error/interrupted.
 
     With [state] url (PostgreSQL) every 'gelbridge run' given that URL joins one fleet:
     each account is served by one live worker at a time (a lease of [fleet]
     lease_seconds); a worker that stops hands its accounts and unfinished replies over.
     """
     from gelbridge._bridge import Bridge
-    from gelbridge._config import load_config
 
-    settings = load_config(config)
-    _logging_for(settings, log_level, log_format)
-    _checked(settings, login=False)  # the workers log in themselves, before it says ready
+    settings, _ = _checked(config, log_level, log_format, command="run")
     if settings.state.url:
         names = ", ".join(a.label for a in settings.accounts_list())
         print(f"gelbridge: a fleet worker for {names} via {settings.watch.source}", flush=True)

@@ -16,17 +16,17 @@ from gelbridge._dev.pds import AccountInfo, DevPds
 from gelbridge._records import MESSAGE_COLLECTION
 from gelbridge._sealing import Keyring
 
-from .conftest import PASSWORD_ENV, App
+from .conftest import PASSWORD_ENV, App, make_settings, running_worker
 from .worker_proc import write_config
 
 pytestmark = [pytest.mark.pds, pytest.mark.timeout(300)]
 
 
-def gelbridge(*args: str, cwd: Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+def gelbridge(*args: str, cwd: Path, env: dict[str, str], timeout: float = 120) -> subprocess.CompletedProcess[str]:
     full = {k: v for k, v in os.environ.items() if not k.startswith("GELBRIDGE_")}
     full.update(env)
     return subprocess.run([sys.executable, "-m", "gelbridge", *args], capture_output=True, text=True,
-                          timeout=120, cwd=cwd, env=full, stdin=subprocess.DEVNULL)
+                          timeout=timeout, cwd=cwd, env=full, stdin=subprocess.DEVNULL)
 
 
 MISTAKES = {
@@ -73,10 +73,11 @@ async def test_wrong_defaults_keyring_and_password_are_each_named(
     assert r.returncode == 1, r.stderr
     for line in ("[defaults] model: provider 'elsewhere' is not configured in [providers] (configured: local)",
                  "[defaults] tools: 'mcp_nowhere_tool' is not a tool here",
-                 "[account] keyring holds no key",
+                 f"[keyring] path: {tmp_path / 'keyring.json'} holds no key",
                  f"refused the login of {pds_account.handle}"):
         assert line in r.stderr, (line, r.stderr)
-    assert "Traceback" not in r.stderr and r.stderr.count("\nerror: ") >= 4
+    assert "Traceback" not in r.stderr and r.stderr.count("error: ") == 4
+    assert r.stderr.endswith(f"\ncheck: 4 problems in {cfg}\n")
 
 
 async def test_a_good_configuration_checks_ok_with_a_summary(
@@ -89,3 +90,47 @@ async def test_a_good_configuration_checks_ok_with_a_summary(
     assert r.stdout.rstrip().endswith("check: ok")
     assert f"logged in as {pds_account.handle}" in r.stdout and "local (openai)" in r.stdout
     assert "1 key(s)" in r.stdout
+
+
+async def test_a_main_password_checks_ok_with_a_warning_to_make_an_app_password(
+    dev_pds: DevPds, pds_account: AccountInfo, keyring: tuple[Keyring, str], model_server: ModelServer,
+    tmp_path: Path,
+) -> None:
+    cfg = write_config(tmp_path, dev_pds.pds_url, pds_account, model_server.url, keyring[0])
+    main = gelbridge("check", "--config", str(cfg), cwd=tmp_path, env={PASSWORD_ENV: pds_account.password})
+    assert main.returncode == 0 and main.stdout.rstrip().endswith("check: ok"), main.stderr
+    assert main.stderr == (f"warning: [account] password_env: ${PASSWORD_ENV} holds the account's main password: "
+                           "make an app password (your PDS account's settings, App Passwords; Bluesky: Settings > "
+                           f"Privacy and security > App passwords) and put it in ${PASSWORD_ENV}\n")
+    app = gelbridge("check", "--config", str(cfg), cwd=tmp_path, env={PASSWORD_ENV: pds_account.app_password})
+    assert app.returncode == 0 and app.stderr == "", app.stderr
+
+
+async def test_a_bad_password_is_one_error_and_run_opens_no_state(
+    dev_pds: DevPds, pds_account: AccountInfo, keyring: tuple[Keyring, str], model_server: ModelServer,
+    tmp_path: Path,
+) -> None:
+    cfg = write_config(tmp_path, dev_pds.pds_url, pds_account, model_server.url, keyring[0])
+    refused = (f"error: [account]: the PDS at {dev_pds.pds_url} refused the login of {pds_account.handle}: check "
+               f"the identifier and the app password in ${PASSWORD_ENV}\n")
+    for command in ("check", "run"):
+        r = gelbridge(command, "--config", str(cfg), cwd=tmp_path, env={PASSWORD_ENV: "not-the-password"})
+        assert r.returncode == 1 and "ready" not in r.stdout, (command, r.stdout)
+        assert r.stderr.endswith(refused) and r.stderr.count("error: ") == 1, (command, r.stderr)
+        assert not (tmp_path / "state").exists(), command  # no SQLite file before the checks pass
+
+
+async def test_a_wrong_password_is_found_even_when_the_state_holds_a_valid_session(
+    dev_pds: DevPds, pds_account: AccountInfo, keyring: tuple[Keyring, str], model_server: ModelServer,
+    tmp_path: Path,
+) -> None:
+    cfg = write_config(tmp_path, dev_pds.pds_url, pds_account, model_server.url, keyring[0])
+    settings = make_settings(dev_pds.pds_url, pds_account, tmp_path / "state", model_server.url)
+    async with running_worker(settings, pds_account, keyring[0]):
+        pass  # logged in: the session is saved in the state, and still valid
+    good = gelbridge("check", "--config", str(cfg), cwd=tmp_path, env={PASSWORD_ENV: pds_account.app_password})
+    assert good.returncode == 0, good.stderr
+    for command in ("run", "check"):  # run would resume the saved session and serve until it expires
+        r = gelbridge(command, "--config", str(cfg), cwd=tmp_path, env={PASSWORD_ENV: "not-the-password"}, timeout=60)
+        assert r.returncode == 1 and "ready" not in r.stdout, (command, r.stdout, r.stderr)
+        assert r.stderr.count("error: ") == 1 and f"refused the login of {pds_account.handle}" in r.stderr, r.stderr
