@@ -211,8 +211,9 @@ def status_command(
     for acct in rep["accounts"]:
         _print_account(acct)
     print(f"recent errors ({len(rep['errors'])})")
-    for e in rep["errors"]:
-        print(f"  {_fmt_time(e['at'])}  {e['kind']:<16} {e['record'] or '-':<24} {e['where'] or ''}")
+    errors = [[_fmt_time(e["at"]), e["kind"], e["record"] or "-", e["where"] or ""] for e in rep["errors"]]
+    for line in _columns(errors, "<<<<"):
+        print(f"  {line}")
 
 
 def _print_account(acct: dict[str, Any]) -> None:
@@ -232,15 +233,32 @@ def _print_account(acct: dict[str, Any]) -> None:
         line += f"; the PDS said {budget['remaining']}{limit} left at {_fmt_time(budget['seen_at'])}{reset}"
     print(line)
     print(f"  in flight {len(acct['in_flight'])}")
-    for c in acct["in_flight"]:
-        print(f"    {c['reply']:<24} {c['status']:<10} claimed {_fmt_time(c['since'])}")
-    title = f"  recent turns ({len(acct['turns'])})"
-    print(f"{title:<36}{'queue':>8}{'read':>9}{'bridge':>9}{'model':>9}{'write':>9}{'total':>9} (ms) points")
-    for t in acct["turns"]:
-        read = f"{t['read_ms']:>8.0f}" if t.get("read_ms") is not None else f"{'-':>8}"  # older rows: not measured
-        points = t["points"] if t.get("points") is not None else "-"
-        print(f"    {t['reply']:<24} {t['status']:<7} {t['queue_ms']:>7.0f} {read} {t['bridge_ms']:>8.0f} "
-              f"{t['model_ms']:>8.0f} {t['write_ms']:>8.0f} {t['total_ms']:>8.0f}      {points:>6}")
+    flight = [[c["reply"], c["status"], f"claimed {_fmt_time(c['since'])}"] for c in acct["in_flight"]]
+    for line in _columns(flight, "<<<"):
+        print(f"    {line}")
+    head = ["reply", "status", "queue", "read", "bridge", "model", "write", "total", "points"]
+    rows = [[t["reply"], t["status"], *(_ms(t.get(k)) for k in ("queue_ms", "read_ms", "bridge_ms", "model_ms",
+                                                                "write_ms", "total_ms")),
+             str(t["points"]) if t.get("points") is not None else "-"]  # older rows: not measured ("-")
+            for t in acct["turns"]]
+    title, *lines = _columns([head, *rows], "<<>>>>>>>")
+    print(f"  recent turns ({len(acct['turns'])}), times in ms")
+    if rows:
+        print(f"    {title}")
+    for line in lines:
+        print(f"    {line}")
+
+
+def _ms(value: float | None) -> str:
+    return f"{value:.0f}" if value is not None else "-"
+
+
+def _columns(rows: list[list[str]], align: str) -> list[str]:
+    """``rows`` as lines of columns as wide as their widest cell (``align``: ``<`` or
+    ``>`` per column), two spaces apart."""
+    widths = [max((len(r[i]) for r in rows), default=0) for i in range(len(align))]
+    return ["  ".join(f"{cell:{a}{w}}" for cell, a, w in zip(r, align, widths, strict=True)).rstrip()
+            for r in rows]
 
 
 @app.command("demo")

@@ -110,8 +110,8 @@ async def test_status_shows_read_and_a_dash_for_rows_without_it(tmp_path: Path) 
     res = await asyncio.to_thread(CliRunner().invoke, app, ["status", "--config", str(cfg)])  # its own loop
     assert res.exit_code == 0, res.output
     lines = res.output.splitlines()
-    header = next(line for line in lines if line.strip().startswith("recent turns"))
-    assert header.split()[3:8] == ["queue", "read", "bridge", "model", "write"]
+    title = next(i for i, line in enumerate(lines) if line.strip().startswith("recent turns"))
+    assert lines[title + 1].split()[2:7] == ["queue", "read", "bridge", "model", "write"]
     new = next(line for line in lines if "3mnew.r0" in line).split()
     old = next(line for line in lines if "3mold.r0" in line).split()
     assert new[2:8] == ["10", "55", "20", "300", "40", "425"]
