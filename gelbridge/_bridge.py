@@ -235,22 +235,26 @@ class Bridge:
         self._loop = asyncio.get_running_loop()
         self._loop_thread = threading.get_ident()
         tracing.configure(self.settings.observability)
-        adopted = self._adopted
-        if self._given_store is not None:
-            self._store = self._given_store
-        elif adopted is not None and adopted.given_store is not None:
-            self._store = adopted.given_store  # the worker's own (it closes it)
-        elif adopted is not None:
-            self._store = None  # the worker opens [state] dir itself; shared below
-        else:
-            self._store = await open_state(self.settings)
         listen = self.settings.observability.listen
-        if listen and self.metrics is None:
-            from gelbridge._observability import Metrics
+        if listen:
+            from gelbridge._observability import Metrics, Watched
 
-            self.metrics = Metrics()  # one registry for every account (labelled by account)
+            if self.metrics is None:
+                self.metrics = Metrics()  # one registry for every account (labelled by account)
+            self.watched = Watched(self.metrics, lambda: [(c.label, c.worker) for c in self._by_did.values()],
+                                   lambda: self.sources if self._serving else None)
+            await self.watched.bind(listen)  # first: a taken port ends the start before any login or write
+        adopted = self._adopted
         started: list[AccountContext] = []
         try:
+            if self._given_store is not None:
+                self._store = self._given_store
+            elif adopted is not None and adopted.given_store is not None:
+                self._store = adopted.given_store  # the worker's own (it closes it)
+            elif adopted is not None:
+                self._store = None  # the worker opens [state] dir itself; shared below
+            else:
+                self._store = await open_state(self.settings)
             for entry in self._entries:
                 acct = self.settings.for_account(entry)
                 shared = state_location(acct) == state_location(self.settings)
@@ -283,6 +287,8 @@ class Bridge:
             if self._store is not None and self._adopted is None and self._given_store is None:
                 await self._store.aclose()
             self._store = None
+            if self.watched is not None:
+                self.watched.close()
             raise
         relays: dict[str, Any] = {}  # one relay budget per PDS host: the relay counts the host's events
         for ctx in self._by_did.values():
@@ -302,10 +308,6 @@ class Bridge:
                 self._tasks.append(asyncio.create_task(backfill_logged(ctx.label, ctx.worker),
                                                        name=f"backfill-{ctx.label}"))
         if listen:
-            from gelbridge._observability import Watched
-
-            self.watched = Watched(self.metrics, lambda: [(c.label, c.worker) for c in self._by_did.values()],
-                                   lambda: self.sources if self._serving else None)
             self._tasks.append(asyncio.create_task(self.watched.serve(listen), name="observability"))
             for ctx in self._by_did.values():
                 ctx.worker.watched = self.watched
@@ -520,10 +522,10 @@ class Bridge:
         tasks: list[asyncio.Task[None]] = []
         try:
             await self._start(background_backfill=False)
+            sources = self.build_sources()  # first: each account's start-up lines name its source
             for ctx in self._by_did.values():
                 for line in await ctx.worker.startup_lines():
                     say(line)
-            sources = self.build_sources()
             self._serving = True
             live = {n: s for n, s in sources.items() if s.live}
             tasks = [asyncio.create_task(s.run(), name=n) for n, s in live.items()]

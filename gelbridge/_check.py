@@ -6,7 +6,8 @@ configuration against the world, as far as it parsed (:func:`check_config` repor
 both in one run): every ``[adapters] dirs`` entry exists and every ``[providers.*]``
 names a loaded adapter and its ``api_key_env`` is set; every default model names a
 configured provider and every default tool exists; each account's keyring is readable
-and holds a key; every MCP server starts and lists its tools; the PDS answers and the
+and holds a key; every MCP server starts and lists its tools; ``[observability] listen`` can be bound (it is
+released at once); the PDS answers and the
 credentials log in (a fresh createSession, whatever session the state holds; the
 session is deleted again, and a main password instead of an app password is a warning).
 ``gelbridge run`` runs the same checks before it opens its state, and exits non-zero on
@@ -82,6 +83,14 @@ async def check_settings(settings: Settings, *, environ: Mapping[str, str], logi
             rep.problems.append(tracing.EXTRA_HINT)
         else:
             rep.lines.append(f"traces     OTLP/HTTP to {settings.observability.otlp_endpoint or 'the SDK default'}")
+    if settings.observability.listen:
+        from gelbridge._observability import probe_listen
+
+        problem = await probe_listen(settings.observability.listen)  # bound and released at once
+        if problem:
+            rep.problems.append(problem)
+        else:
+            rep.lines.append(f"health     {settings.observability.listen} is free (/healthz, /readyz, /metrics)")
     _check_state(settings, rep)
     _check_adapter_dirs(settings, rep)
     _check_providers(settings, environ, rep)

@@ -244,10 +244,21 @@ class ObservabilityConfig(_Section):
     @classmethod
     def _host_port(cls, v: str | None) -> str | None:
         if v is not None:
-            host, sep, port = v.rpartition(":")
-            if not sep or not host or not port.isdigit() or not 0 <= int(port) <= 65535:
-                raise ValueError('must be "host:port", e.g. "127.0.0.1:9464"')
+            split_listen(v)
         return v
+
+
+def split_listen(listen: str) -> tuple[str, int]:
+    """``"host:port"`` (``"[::1]:9464"`` for IPv6) → ``(host, port)``; port 1-65535, or 0
+    for any free one. Raises ``ValueError`` saying what is wrong."""
+    host, sep, port = listen.rpartition(":")
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+    if not sep or not host or not (port.isascii() and port.isdigit()):
+        raise ValueError('must be "host:port", e.g. "127.0.0.1:9464"')
+    if int(port) > 65535:
+        raise ValueError(f"port {int(port)} is out of range: 1-65535 (or 0 for any free port)")
+    return host, int(port)
 
 
 class LoggingConfig(_Section):
@@ -419,7 +430,7 @@ def config_problems(err: ValidationError) -> list[str]:
             known = [f.alias or n for n, f in model.model_fields.items()] if model is not None else []
             out.append(unknown_key_problem(loc, known))
         else:
-            msg = "must be a path (a string)" if e["type"] == "path_type" else e["msg"]
+            msg = "must be a path (a string)" if e["type"] == "path_type" else e["msg"].removeprefix("Value error, ")
             out.append(f"{_where(loc) if loc else '(top level)'}: {msg}")
     return out
 

@@ -305,9 +305,6 @@ class Fleet:
             if out is not None:
                 print(line, file=out, flush=True)
 
-        if self.store is None:
-            self.store = await open_state(self.settings)
-        book = self._book = LeaseBook(self.store, self.member, list(self._entries), self.seconds)
         listen = self.settings.observability.listen
         obs_task: asyncio.Task[None] | None = None
         if listen:
@@ -315,6 +312,19 @@ class Fleet:
 
             self.metrics = Metrics()
             self.watched = Watched(self.metrics, self._workers, self._sources)
+            await self.watched.bind(listen)  # first: a taken port ends the start before anything is opened
+        try:
+            if self.store is None:
+                self.store = await open_state(self.settings)
+            book = self._book = LeaseBook(self.store, self.member, list(self._entries), self.seconds)
+        except BaseException:
+            if self.watched is not None:
+                self.watched.close()
+            if self._given_store is None and self.store is not None:
+                await self.store.aclose()
+                self.store = None
+            raise
+        if self.watched is not None and listen:
             obs_task = asyncio.create_task(self.watched.serve(listen), name="observability")
         try:
             await book.register()

@@ -13,21 +13,31 @@ and by gelbridge's own words (a status, a tool outcome), never by anything from 
 no text, no part types, no tool inputs, no provider messages.
 
 ``--log-format json`` (or ``[logging] format = "json"``) writes one JSON object per log
-line: ``{"ts", "level", "logger", "message"}``. The messages are the same as the text
-format's, which never hold content.
+line: ``{"ts", "level", "logger", "message"}``, plus the fields a line carries
+(:func:`log_fields`: the turn line's timings, points and tokens), from a fixed list of
+names (:data:`LOG_FIELDS`) whose values are gelbridge's own numbers and words. The
+start-up lines ``gelbridge run`` prints become the same objects (:class:`JsonLines`).
+Neither format ever holds content.
 """
 
 from __future__ import annotations
 
 import asyncio
+import errno
 import json
 import logging
+import socket
+import string
 import time
-from collections.abc import Callable, Iterable, Mapping
-from typing import Any
+from collections.abc import Awaitable, Callable, Iterable, Mapping
+from typing import IO, Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
+
+from gelbridge._config import split_listen
+from gelbridge._errors import ConfigError
+from gelbridge._records.constants import FINAL_STATUSES
 
 log = logging.getLogger("gelbridge.observability")
 
@@ -62,6 +72,11 @@ class Metrics:
         self.input_tokens = Counter("gelbridge_model_input_tokens", "Model input tokens of finished turns, by "
                                     "what the provider's prompt cache made of them (uncached, cache_read, "
                                     "cache_write).", ["account", "kind"], registry=r)
+        self.output_tokens = Counter("gelbridge_model_output_tokens", "Model output tokens of finished turns "
+                                     "(reasoning included, as providers bill it).", ["account"], registry=r)
+        self.turn_latency = Histogram("gelbridge_turn_latency_seconds", "End to end per reply (s): from the "
+                                      "event's arrival (the commit seen) to the reply's final write.", ["account"],
+                                      buckets=_S_BUCKETS, registry=r)
         self.points_remaining = Gauge("gelbridge_pds_write_points_remaining", "The account's PDS write points "
                                       "left in the current window, from the PDS's ratelimit-remaining header "
                                       "(absent while the PDS sends none).", ["account"], registry=r)
@@ -81,6 +96,10 @@ class Metrics:
             self.input_tokens.labels(account, "uncached").inc(max(0, t.input_tokens - read - written))
             self.input_tokens.labels(account, "cache_read").inc(read)
             self.input_tokens.labels(account, "cache_write").inc(written)
+        if report.output_tokens is not None:
+            self.output_tokens.labels(account).inc(max(0, int(report.output_tokens)))
+        if report.status in FINAL_STATUSES:  # a final write happened (lost, unfinished: none)
+            self.turn_latency.labels(account).observe(max(0.0, float(t.total_ms)) / 1000)
 
     def tool_outcome(self, account: str, is_error: bool) -> None:
         self.tool_runs.labels(account, "error" if is_error else "ok").inc()
@@ -101,10 +120,52 @@ class Readiness:
         return (not waiting, "ready\n" if not waiting else "not ready: " + "; ".join(waiting) + "\n")
 
 
+_Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
+
+
+def listen_problem(listen: str, e: OSError) -> str:
+    """What to do about ``[observability] listen`` when binding it failed with ``e``."""
+    where = f"[observability] listen: {listen}"
+    if isinstance(e, socket.gaierror):
+        return f"{where}: no such host here (use an address of this machine, e.g. 127.0.0.1)"
+    if e.errno == errno.EADDRINUSE:
+        return f"{where} is in use (another gelbridge? pick another port)"
+    if e.errno == errno.EACCES:
+        return f"{where}: permission denied (ports below 1024 need privileges; pick a port above 1023)"
+    if e.errno == errno.EADDRNOTAVAIL:
+        return f"{where}: not an address of this machine (use 127.0.0.1 or one of its interfaces)"
+    return f"{where}: cannot listen there ({e.strerror or type(e).__name__}); pick another address"
+
+
+async def bind_http(listen: str, handle: _Handler) -> asyncio.Server:
+    """Listen on ``listen`` (``host:port``; port 0 picks one) now; :class:`ConfigError`
+    with :func:`listen_problem`'s line when that fails."""
+    host, port = split_listen(listen)
+    try:
+        return await asyncio.start_server(handle, host, port)
+    except OSError as e:
+        raise ConfigError(listen_problem(listen, e)) from None
+
+
+async def probe_listen(listen: str) -> str | None:
+    """``gelbridge check``: bind ``listen`` and release it at once; the problem, or None."""
+
+    async def refuse(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        writer.close()
+
+    try:
+        server = await bind_http(listen, refuse)
+    except ConfigError as e:
+        return str(e)
+    server.close()
+    await server.wait_closed()
+    return None
+
+
 async def serve_http(listen: str, metrics: Metrics, readiness: Readiness,
-                     before_scrape: Callable[[], None] | None = None) -> asyncio.AbstractServer:
-    """Start the health/metrics server on ``listen`` (``host:port``; port 0 picks one)."""
-    host, _, port = listen.rpartition(":")
+                     before_scrape: Callable[[], None] | None = None) -> asyncio.Server:
+    """Start the health/metrics server on ``listen`` (``host:port``; port 0 picks one);
+    bound when this returns (:class:`ConfigError` when it cannot be)."""
 
     async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
@@ -135,25 +196,86 @@ async def serve_http(listen: str, metrics: Metrics, readiness: Readiness,
         finally:
             writer.close()
 
-    server = await asyncio.start_server(handle, host or "127.0.0.1", int(port or 0))
+    server = await bind_http(listen, handle)
     bound = server.sockets[0].getsockname()
     log.info("health and metrics on http://%s:%s (/healthz, /readyz, /metrics)", bound[0], bound[1])
     return server
 
 
+#: the fields a log line may carry (:func:`log_fields`), and all the JSON format emits:
+#: gelbridge's own labels (account name, record key, status) and numbers, never content
+LOG_FIELDS = frozenset({
+    "account", "reply", "status", "queue_ms", "read_ms", "bridge_ms", "model_ms", "write_ms", "total_ms",
+    "points", "input_tokens", "cached_tokens", "cache_write_tokens", "output_tokens",
+})
+_Scalar = str | int | float | bool | None
+
+
+def log_fields(logger: logging.Logger, level: int, template: str, **fields: _Scalar) -> None:
+    """Log one line with fields: ``template`` names some of them (``"turn {reply} {status}"``),
+    the text format appends the others as ``name=value`` (``queue=61ms`` for ``queue_ms``),
+    and the JSON format gives each its own key. Every name must be in :data:`LOG_FIELDS`."""
+    unknown = set(fields) - LOG_FIELDS
+    if unknown:
+        raise ValueError(f"not a log field: {', '.join(sorted(unknown))} (add it to LOG_FIELDS)")
+    named = {name for _, name, _, _ in string.Formatter().parse(template) if name}
+    brief = template.format(**fields)
+    rest = " ".join(_text_field(k, v) for k, v in fields.items() if k not in named and v is not None)
+    if logger.isEnabledFor(level):
+        logger.log(level, "%s", f"{brief} {rest}" if rest else brief, extra={"brief": brief, "fields": fields},
+                   stacklevel=2)
+
+
+def _text_field(name: str, value: _Scalar) -> str:
+    if name.endswith("_ms") and isinstance(value, int | float):
+        return f"{name[:-3]}={value:.0f}ms"
+    return f"{name}={value}"
+
+
 class JsonFormatter(logging.Formatter):
-    """One JSON object per line: ``ts`` (ISO 8601, UTC), ``level``, ``logger``, ``message``."""
+    """One JSON object per line: ``ts`` (ISO 8601, UTC), ``level``, ``logger``,
+    ``message``, and the record's :func:`log_fields` (only names in :data:`LOG_FIELDS`)."""
 
     def format(self, record: logging.LogRecord) -> str:
-        out = {
+        brief = getattr(record, "brief", None)
+        out: dict[str, Any] = {
             "ts": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created)) + f".{int(record.msecs):03d}Z",
             "level": record.levelname.lower(),
             "logger": record.name,
-            "message": record.getMessage(),
+            "message": brief if isinstance(brief, str) else record.getMessage(),
         }
+        fields = getattr(record, "fields", None)
+        if isinstance(fields, Mapping):
+            for k, v in fields.items():
+                if k in LOG_FIELDS and (v is None or isinstance(v, str | int | float | bool)):
+                    out[k] = round(v, 1) if isinstance(v, float) else v
         if record.exc_info and record.exc_info[0] is not None:
             out["error"] = record.exc_info[0].__name__  # the type only: a message may quote content
         return json.dumps(out, ensure_ascii=False)
+
+
+class JsonLines:
+    """A text stream (a :class:`~gelbridge._seams.Printer`) that writes each line printed
+    to it as one :class:`JsonFormatter` object on ``stream``: ``gelbridge run``'s start-up
+    lines, "ready" and its stop notice with ``--log-format json``. Blank lines are dropped."""
+
+    def __init__(self, stream: IO[str], logger: str = "gelbridge.run", level: int = logging.INFO) -> None:
+        self._stream = stream
+        self._logger = logger
+        self._level = level
+        self._pending = ""
+        self._fmt = JsonFormatter()
+
+    def write(self, s: str, /) -> int:
+        *lines, self._pending = (self._pending + s).split("\n")
+        for line in lines:
+            if line.strip():
+                rec = logging.LogRecord(self._logger, self._level, "", 0, line.strip(), (), None)
+                self._stream.write(self._fmt.format(rec) + "\n")
+        return len(s)
+
+    def flush(self) -> None:
+        self._stream.flush()
 
 
 class Watched:
@@ -220,12 +342,24 @@ class Watched:
             if src.last_event_at is not None:
                 m.event_age.labels(name).set(now - src.last_event_at)
 
+    http: asyncio.Server | None = None
+
+    async def bind(self, listen: str) -> None:
+        """Listen on ``listen`` now, serving ``/healthz``, ``/readyz``, ``/metrics``
+        (:class:`ConfigError` with one line when it cannot): before "ready"."""
+        if self.http is None:
+            self.http = await serve_http(listen, self.metrics, Readiness(self.probes), self.before_scrape)
+
     async def serve(self, listen: str) -> None:
-        """Serve ``/healthz``, ``/readyz``, ``/metrics`` on ``listen`` until cancelled."""
-        self.http = await serve_http(listen, self.metrics, Readiness(self.probes), self.before_scrape)
+        """:meth:`bind` (if not bound yet), then serve until cancelled; closed at the end."""
+        await self.bind(listen)
         try:
             await asyncio.Event().wait()
         finally:
+            self.close()
+
+    def close(self) -> None:
+        if self.http is not None:
             self.http.close()
 
 

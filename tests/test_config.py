@@ -142,3 +142,20 @@ def test_a_path_of_the_wrong_type_is_a_problem_not_a_crash(tmp_path: Path) -> No
                                      "[keyring] path: must be a path (a string)",
                                      "[state] dir: must be a path (a string)"]
     assert read.settings.adapters.dirs == [p.parent / "ok"]
+
+
+def test_the_listen_address_says_what_is_wrong_with_it(tmp_path: Path) -> None:
+    tries = iter(range(100))
+
+    def listen(value: str) -> str | None:
+        where = tmp_path / str(next(tries))
+        return load_config(write(where, f'[observability]\nlisten = "{value}"\n')).observability.listen
+
+    assert listen("127.0.0.1:0") == "127.0.0.1:0" and listen("[::1]:9464") == "[::1]:9464"
+    with pytest.raises(ConfigError) as err:
+        listen("127.0.0.1:99999")
+    assert str(err.value).endswith(
+        "[observability] listen: port 99999 is out of range: 1-65535 (or 0 for any free port)")
+    for wrong in ("127.0.0.1", ":9464", "localhost:http", "127.0.0.1:-1"):
+        with pytest.raises(ConfigError, match=r'\[observability\] listen: must be "host:port", e.g. "127.0.0.1:9464"$'):
+            listen(wrong)

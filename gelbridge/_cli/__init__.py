@@ -47,6 +47,21 @@ def _main(
     """Answer end-to-end encrypted chat records in your atproto repo with an AI model."""
 
 
+def print_error(message: str) -> None:
+    """One error line on stderr: ``error: message``, or one JSON object (level ``error``)
+    once a command has set up JSON logs (``--log-format json``)."""
+    import logging
+
+    from gelbridge._observability import JsonFormatter
+
+    handlers = logging.getLogger().handlers
+    if any(isinstance(h.formatter, JsonFormatter) for h in handlers):
+        rec = logging.LogRecord("gelbridge", logging.ERROR, "", 0, message, (), None)
+        print(JsonFormatter().format(rec), file=sys.stderr, flush=True)
+    else:
+        print(f"error: {message}", file=sys.stderr, flush=True)
+
+
 # Command modules register themselves on `app` when imported.
 from gelbridge._cli import _modules  # noqa: E402,F401
 
@@ -56,5 +71,8 @@ def main() -> None:
     try:
         app()
     except GelbridgeError as e:
-        print(f"error: {e}", file=sys.stderr)
+        print_error(str(e))
         raise SystemExit(1) from None
+    except KeyboardInterrupt:  # Ctrl-C before a command's own signal handling
+        print_error("interrupted")
+        raise SystemExit(130) from None

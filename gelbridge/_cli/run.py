@@ -15,7 +15,8 @@ from typing import TYPE_CHECKING, Any
 
 import typer
 
-from gelbridge._cli import app
+from gelbridge._cli import app, print_error
+from gelbridge._seams import Printer
 
 if TYPE_CHECKING:
     from gelbridge._config import Settings
@@ -25,7 +26,8 @@ ConfigOption = typer.Option(None, "--config", "-c",
 
 
 def setup_logging(level: str, fmt: str = "text") -> None:
-    """Single-line logs on stderr (never content or keys): text, or one JSON object a line."""
+    """Single-line logs on stderr (never content or keys): text, or one JSON object a line
+    (Python's warnings too)."""
     from gelbridge._observability import JsonFormatter
 
     handler = logging.StreamHandler(sys.stderr)
@@ -34,8 +36,19 @@ def setup_logging(level: str, fmt: str = "text") -> None:
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(getattr(logging, level.upper(), logging.INFO))
+    logging.captureWarnings(fmt == "json")
     for noisy in ("httpx", "httpcore", "websockets", "mcp"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
+
+
+def printers(fmt: str) -> tuple[Printer, Printer]:
+    """Where a command's own lines go, (stdout, stderr): the streams themselves, or with
+    ``json`` each line as one JSON object on the same stream (docs/worker.md, Logs)."""
+    if fmt != "json":
+        return sys.stdout, sys.stderr
+    from gelbridge._observability import JsonLines
+
+    return JsonLines(sys.stdout), JsonLines(sys.stderr, level=logging.WARNING)
 
 
 class LogLevel(str, Enum):
@@ -56,13 +69,16 @@ LogFormatOption = typer.Option(None, "--log-format",
                                help="text, or json: one JSON object a line (default: [logging] format).")
 
 
-def _logging_for(settings: object, level: LogLevel | str | None, fmt: LogFormat | None) -> None:
+def _logging_for(settings: object, level: LogLevel | str | None, fmt: LogFormat | None) -> str:
+    """Set up logging as the options and ``[logging]`` say; the format chosen."""
     lc = settings.logging  # type: ignore[attr-defined]
     chosen = level.value if isinstance(level, LogLevel) else level
-    setup_logging((chosen or lc.level or "info").lower(), fmt.value if fmt is not None else lc.format)
+    fmt_chosen: str = fmt.value if fmt is not None else lc.format
+    setup_logging((chosen or lc.level or "info").lower(), fmt_chosen)
+    return fmt_chosen
 
 
-async def _run_until_signal(bridge: Any) -> None:
+async def _run_until_signal(bridge: Any, out: Printer, notices: Printer) -> None:
     """Run the Bridge (one account or many) until SIGINT/SIGTERM; a second signal stops
     waiting for the grace period."""
     stop = asyncio.Event()
@@ -74,20 +90,20 @@ async def _run_until_signal(bridge: Any) -> None:
             raise SystemExit(130)
         got.append(sig)
         print(f"\n{signal.Signals(sig).name}: stopping (grace {bridge.settings.worker.shutdown_grace:g} s)...",
-              file=sys.stderr, flush=True)
+              file=notices, flush=True)
         stop.set()
 
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, on_signal, sig)
     try:
-        await bridge.run(stop, out=sys.stdout)
+        await bridge.run(stop, out=out)
     finally:
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.remove_signal_handler(sig)
 
 
 def _checked(config: Path | None, level: LogLevel | str | None, fmt: LogFormat | None, *,
-             command: str) -> tuple[Settings, list[str]]:
+             command: str) -> tuple[Settings, list[str], str]:
     """Read the configuration and run ``gelbridge check``'s checks on it: the file's
     problems and the world's, in one run. Prints each warning and problem (one line each)
     and exits 1 if there are problems. Returns the settings and the summary lines."""
@@ -97,18 +113,19 @@ def _checked(config: Path | None, level: LogLevel | str | None, fmt: LogFormat |
     from gelbridge._config import read_config
 
     read = read_config(config)
-    _logging_for(read.settings, level, fmt)
+    fmt_chosen = _logging_for(read.settings, level, fmt)
+    _, notices = printers(fmt_chosen)
     rep = asyncio.run(check_config(read, environ=os.environ))
     for w in rep.warnings:
-        print(f"warning: {w}", file=sys.stderr)
+        print(f"warning: {w}", file=notices, flush=True)
     for p in rep.problems:
-        print(f"error: {p}", file=sys.stderr)
+        print_error(p)
     if len(rep.problems) > 1:
-        print(f"{command}: {len(rep.problems)} problems in {read.source}"
-              f"{'; nothing was started' if command == 'run' else ''}", file=sys.stderr)
+        print_error(f"{command}: {len(rep.problems)} problems in {read.source}"
+                    f"{'; nothing was started' if command == 'run' else ''}")
     if rep.problems:
         raise typer.Exit(1)
-    return read.settings, rep.lines
+    return read.settings, rep.lines, fmt_chosen
 
 
 @app.command("check")
@@ -126,10 +143,11 @@ def check_command(
     where an app password belongs, does not fail it); otherwise one line per problem and
     exit code 1. 'gelbridge run' runs the same checks before it opens its state.
     """
-    _, lines = _checked(config, log_level or "warning", log_format, command="check")
+    _, lines, fmt = _checked(config, log_level or "warning", log_format, command="check")
+    out, _ = printers(fmt)
     for line in lines:
-        print(f"  {line}")
-    print("check: ok")
+        print(f"  {line}", file=out)
+    print("check: ok", file=out, flush=True)
 
 
 @app.command("run")
@@ -152,20 +170,21 @@ def run_command(
     """
     from gelbridge._bridge import Bridge
 
-    settings, _ = _checked(config, log_level, log_format, command="run")
+    settings, _, fmt = _checked(config, log_level, log_format, command="run")
+    out, notices = printers(fmt)
     if settings.state.url:
         names = ", ".join(a.label for a in settings.accounts_list())
-        print(f"gelbridge: a fleet worker for {names} via {settings.watch.source}", flush=True)
+        print(f"gelbridge: a fleet worker for {names} via {settings.watch.source}", file=out, flush=True)
     elif settings.accounts or settings.watch.source == "jetstream":
         names = ", ".join(a.label for a in settings.accounts_list())
-        print(f"gelbridge: serving {names} via {settings.watch.source}", flush=True)
+        print(f"gelbridge: serving {names} via {settings.watch.source}", file=out, flush=True)
     if settings.state.url:  # a fleet: the workers with this state URL share the accounts (docs/scale.md)
         from gelbridge._fleet import Fleet
 
-        asyncio.run(_run_until_signal(Fleet(settings)))
+        asyncio.run(_run_until_signal(Fleet(settings), out, notices))
         return
     # one account or many, firehose, poll or Jetstream: the same orchestrator (docs/architecture.md)
-    asyncio.run(_run_until_signal(Bridge(settings)))
+    asyncio.run(_run_until_signal(Bridge(settings), out, notices))
 
 
 def _fmt_time(ts: float | None) -> str:

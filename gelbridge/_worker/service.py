@@ -307,25 +307,42 @@ class Worker:
     async def startup_lines(self) -> list[str]:
         """What ``gelbridge run`` prints when it is ready (no secrets)."""
         s = self.settings
-        src = s.watch.source
-        if src == "firehose":
-            cur = await self.store.get_cursor(firehose_cursor_key(self.pds.pds_url, self.did)) if self.store else None
-            source = f"firehose (cursor {cur if cur is not None else 'none: starting live + backfill'})"
-        else:
-            source = f"poll every {s.watch.poll_interval:g} s"
         providers = ", ".join(f"{n} ({p.adapter} → {p.base_url})" for n, p in s.providers.items()) or "none"
         default = f"{s.defaults.model.provider}/{s.defaults.model.id}" if s.defaults.model else "none"
         tools = ", ".join(self.registry.names()) if self.registry is not None and len(self.registry) else "none"
         return [
             f"gelbridge worker for {self.handle} ({self.did})",
             f"  PDS        {self.pds.pds_url}",
-            f"  source     {source}",
+            f"  source     {await self._source_line()}",
             f"  providers  {providers}; default model {default}",
             f"  adapters   {', '.join(self.adapter_names) or '(loaded on demand)'}",
             f"  tools      {tools}",
             f"  state      {self.store.location if self.store else '-'}",
             f"  turns      {s.worker.concurrency} at once; progress every {s.replies.update_interval:g} s",
         ]
+
+    async def _source_line(self) -> str:
+        """The ``[watch]`` source this account is followed by: the one built for it
+        (:attr:`source`, set by the Bridge), else the one ``[watch]`` names."""
+        w = self.settings.watch
+        src = self.source
+        if w.source == "poll":
+            return f"poll every {w.poll_interval:g} s (listRecords on its PDS)"
+        if w.source == "jetstream":
+            from gelbridge._jetstream import jetstream_cursor_key, jetstream_url
+
+            url = jetstream_url(w)
+            key = getattr(src, "key", None) or jetstream_cursor_key(url)
+            dids = set(getattr(src, "dids", None) or {self.did})
+            others = len(dids - {self.did})
+            wanted = f"wantedDids {self.did}" + (f" and {others} other account(s)" if others else "")
+            return f"jetstream {url} ({wanted}; cursor {await self._cursor(key)})"
+        key = getattr(src, "key", None) or firehose_cursor_key(self.pds.pds_url, self.did)
+        return f"firehose (cursor {await self._cursor(key)})"
+
+    async def _cursor(self, key: str) -> str:
+        cur = await self.store.get_cursor(key)
+        return str(cur) if cur is not None else "none: starting live + backfill"
 
     # --- intake -------------------------------------------------------------------------------
 

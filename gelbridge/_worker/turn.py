@@ -52,6 +52,7 @@ from gelbridge._mapping import (
     waiting_calls,
     with_results,
 )
+from gelbridge._observability import log_fields
 from gelbridge._records.constants import (
     CONVERSATION_COLLECTION,
     SETTINGS_COLLECTION,
@@ -210,6 +211,7 @@ class TurnReport:
     progress_writes: int = 0
     points: int = 0  # PDS write points of the reply's writes, claim included
     diagnostics: list[Diagnostic] = field(default_factory=list)  # of the turn and its last request
+    output_tokens: int | None = None  # the model's, over the finished steps (None: the provider said nothing)
 
 
 @dataclass
@@ -220,12 +222,14 @@ class CacheTokens:
     input: int | None = None
     read: int | None = None
     written: int | None = None
+    output: int | None = None
 
     def add(self, usage: Any) -> None:
         """Add one step's Lux usage (None: the provider said nothing)."""
         if usage is None:
             return
         self.input = (self.input or 0) + max(0, int(usage.prompt_tokens))
+        self.output = (self.output or 0) + max(0, int(usage.completion_tokens))
         if usage.cached_tokens is not None:
             self.read = (self.read or 0) + max(0, int(usage.cached_tokens))
         if usage.cache_creation_tokens is not None:
@@ -829,14 +833,14 @@ async def run_turn(deps: TurnDeps, job: TurnJob) -> TurnReport:
         await deps.store.update_claim_status(deps.did, job.ask.reply_rkey, ReplyStatus.CANCELLED, "claim_lost")
         return TurnReport(TurnOutcome.LOST, "claim_lost",
                           await _timing(deps, job, TurnOutcome.LOST, queue_ms, start, timer, state.cache), state.steps,
-                          writer.progress_writes, writer.points)
+                          writer.progress_writes, writer.points, output_tokens=state.cache.output)
     except LeaseLost:
         stop_reads(reads_token)
         log.warning("reply %s: this worker lost the account's lease; the worker that takes it over finishes it",
                     job.ask.reply_rkey)
         return TurnReport(TurnOutcome.LOST, LeaseLost.kind,
                           await _timing(deps, job, TurnOutcome.LOST, queue_ms, start, timer, state.cache), state.steps,
-                          writer.progress_writes, writer.points)
+                          writer.progress_writes, writer.points, output_tokens=state.cache.output)
     except Exception as e:  # noqa: BLE001 - every failure after the claim becomes an error reply
         parts = current_parts()
         if isinstance(e, TimeoutError) and turn_clock.expired():
@@ -911,7 +915,7 @@ async def run_turn(deps: TurnDeps, job: TurnJob) -> TurnReport:
     if cancelled is not None:
         raise cancelled
     return TurnReport(outcome, error_kind, timing, state.steps, writer.progress_writes, writer.points,
-                      state.diagnostics + state.request_diagnostics)
+                      state.diagnostics + state.request_diagnostics, output_tokens=state.cache.output)
 
 
 WRITE_REFUSED = "write_refused"
@@ -967,8 +971,9 @@ async def _timing(deps: TurnDeps, job: TurnJob, status: TurnOutcome, queue_ms: f
             await deps.store.save_write_budget(deps.did, budget.limit, budget.remaining, budget.reset_at)
     except Exception:  # noqa: BLE001
         pass
-    log.info(
-        "turn %s %s queue=%.0fms read=%.0fms bridge=%.0fms model=%.0fms write=%.0fms",
-        job.ask.reply_rkey, status, t.queue_ms, read_ms, t.bridge_ms, t.model_ms, t.write_ms,
-    )
+    log_fields(log, logging.INFO, "turn {reply} {status}", reply=job.ask.reply_rkey, status=str(status),
+               queue_ms=t.queue_ms, read_ms=read_ms, bridge_ms=t.bridge_ms, model_ms=t.model_ms,
+               write_ms=t.write_ms, total_ms=t.total_ms, points=t.points, input_tokens=cache.input,
+               cached_tokens=cache.read, cache_write_tokens=cache.written, output_tokens=cache.output,
+               account=deps.label)
     return t

@@ -246,3 +246,26 @@ async def test_one_accounts_failed_backfill_is_logged_and_the_others_are_served(
         await asyncio.wait_for(started.wait(), 5)
         stop.set()
         assert await asyncio.wait_for(task, 5) is False  # stopped, not waiting 30 s
+
+
+async def test_a_taken_listen_address_ends_the_start_before_the_state_or_any_login(tmp_path: Path) -> None:
+    """A library user who sets ``[observability] listen``: the address is bound first, so
+    a taken one is the error (not the PDS that is down here), and nothing was opened."""
+    import socket
+
+    from gelbridge._dev.pds import free_port
+    from gelbridge._errors import ConfigError
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        settings = Settings.model_validate({
+            "account": {"pds": f"http://127.0.0.1:{free_port()}", "identifier": "a.test"},
+            "state": {"dir": str(tmp_path / "state")},
+            "observability": {"listen": f"127.0.0.1:{port}"},
+        })
+        bridge = Bridge(settings, environ={"GELBRIDGE_APP_PASSWORD": "x"}, keyrings={"a.test": {}})
+        with pytest.raises(ConfigError, match=f"127.0.0.1:{port} is in use"):
+            await asyncio.wait_for(bridge.start(), 30)
+    assert not (tmp_path / "state").exists() and bridge.accounts == {}

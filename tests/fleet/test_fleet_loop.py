@@ -65,3 +65,27 @@ async def test_a_hand_over_grace_longer_than_the_lease_never_stalls_the_heartbea
         for t in idle:
             t.cancel()
         await other.store.aclose()
+
+
+async def test_a_taken_listen_address_ends_a_fleet_workers_start_before_it_opens_the_state() -> None:
+    """The health server is bound first: a taken port is the one error, with its one line,
+    before the state database (down here: it would be the error otherwise) is opened."""
+    import socket
+
+    from gelbridge._dev.pds import free_port
+    from gelbridge._errors import ConfigError
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        settings = Settings.model_validate({
+            "state": {"url": f"postgresql://gb@127.0.0.1:{free_port()}/gb"},
+            "observability": {"listen": f"127.0.0.1:{port}"},
+            "accounts": [{"name": "a0", "pds": "http://127.0.0.1:1", "identifier": "a0.test"}],
+        })
+        fleet = Fleet(settings)
+        with pytest.raises(ConfigError) as err:
+            await asyncio.wait_for(fleet.run(asyncio.Event()), 30)
+    assert str(err.value) == f"[observability] listen: 127.0.0.1:{port} is in use (another gelbridge? pick another port)"
+    assert fleet.store is None

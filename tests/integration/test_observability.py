@@ -7,6 +7,10 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import os
+import socket
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -20,7 +24,8 @@ from gelbridge._observability import JsonFormatter
 from gelbridge._records import new_tid
 from gelbridge._sealing import Keyring
 
-from .conftest import App, make_settings, running_worker
+from .conftest import PASSWORD_ENV, App, make_settings, running_worker
+from .worker_proc import WorkerProc, write_config
 
 pytestmark = [pytest.mark.pds, pytest.mark.timeout(300)]
 
@@ -67,6 +72,9 @@ async def test_a_running_worker_answers_healthz_readyz_and_metrics_that_move_aft
     assert after[("gelbridge_pds_write_points_total", acct)] >= 4  # claim + final, 2 points each
     assert after[("gelbridge_bridge_overhead_ms_count", acct)] == 1
     assert after[("gelbridge_model_latency_seconds_count", acct)] == 1
+    assert after[("gelbridge_turn_latency_seconds_count", acct)] == 1  # commit seen -> final write
+    assert 0 < after[("gelbridge_turn_latency_seconds_sum", acct)] < 60
+    assert after[("gelbridge_model_output_tokens_total", acct)] > 0
     assert ("gelbridge_replies_in_flight", acct) in after and ("gelbridge_queue_depth", acct) in after
     assert secret not in page and "question" not in page
 
@@ -186,3 +194,121 @@ async def test_a_bridge_of_two_accounts_answers_readyz_and_metrics_per_account_a
         assert isinstance(by_name[n]["cursor"], int)  # the one firehose subscription's cursor, both DIDs
     text = (await asyncio.to_thread(CliRunner().invoke, cli, ["status", "--config", str(cfg)])).output
     assert "account   a: " in text and "account   b: " in text and "in the last hour" in text
+
+
+async def test_run_with_json_logs_writes_every_line_as_one_object_with_the_turn_timings_as_fields(
+    dev_pds: DevPds, pds_account: AccountInfo, keyring: tuple[Keyring, str], app: App,
+    model_server: ModelServer, tmp_path: Path,
+) -> None:
+    """``gelbridge run`` with ``[logging] format = "json"``, a real process: its start-up
+    lines, "ready", every log line, the turn line and the SIGTERM notice are each one JSON
+    object, on the streams the text format uses; the turn's numbers are fields."""
+    cfg = write_config(tmp_path, dev_pds.pds_url, pds_account, model_server.url, keyring[0],
+                       extra='\n[logging]\nformat = "json"\n\n[observability]\nlisten = "127.0.0.1:0"\n')
+    log = tmp_path / "worker.log"
+    worker = WorkerProc(cfg, pds_account, log)
+    try:
+        await asyncio.to_thread(worker.start, 90)
+        model_server.enqueue(Turn(text="an answer"))
+        k = await app.send("a question", conversation=new_tid())
+        await app.wait_status(f"{k}.r0", "complete", timeout=60)
+        deadline = time.monotonic() + 20
+        while f'"turn {k}.r0 complete"' not in log.read_text() and time.monotonic() < deadline:
+            await asyncio.sleep(0.1)
+        assert await asyncio.to_thread(worker.terminate) == 0
+    finally:
+        worker.stop()
+    out = [json.loads(line) for line in worker.stdout.splitlines()]  # each line parses, or this fails
+    err = [json.loads(line) for line in log.read_text().splitlines()]
+    for obj in out + err:
+        assert isinstance(obj, dict) and {"ts", "level", "logger", "message"} <= set(obj), obj
+    said = [o["message"] for o in out]
+    assert said[0] == f"gelbridge worker for {pds_account.handle} ({app.did})"
+    assert f"PDS        {dev_pds.pds_url}" in said and said[-1] == "ready: answering messages (Ctrl-C to stop)"
+    assert any(m.startswith("backfill   ") for m in said)
+    [notice] = [o for o in err if o["message"].startswith("SIGTERM")]
+    assert notice["message"] == "SIGTERM: stopping (grace 2 s)..." and notice["level"] == "warning"
+    [turn] = [o for o in err if o["message"] == f"turn {k}.r0 complete"]
+    assert turn["logger"] == "gelbridge.worker.turn" and turn["reply"] == f"{k}.r0" and turn["status"] == "complete"
+    assert turn["account"] == pds_account.handle and turn["points"] >= 4
+    stages = ("queue_ms", "read_ms", "bridge_ms", "model_ms", "write_ms")
+    assert all(isinstance(turn[s], float | int) and turn[s] >= 0 for s in (*stages, "total_ms"))
+    assert turn["total_ms"] == pytest.approx(sum(turn[s] for s in stages), abs=0.6)
+    assert isinstance(turn["input_tokens"], int) and isinstance(turn["output_tokens"], int)
+    assert any(o["message"].startswith("health and metrics on http://127.0.0.1:") for o in err)
+
+
+async def test_a_taken_listen_port_stops_check_and_run_with_one_line_before_anything_is_opened(
+    dev_pds: DevPds, pds_account: AccountInfo, keyring: tuple[Keyring, str], app: App,
+    model_server: ModelServer, tmp_path: Path,
+) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        cfg = write_config(tmp_path, dev_pds.pds_url, pds_account, model_server.url, keyring[0],
+                           extra=f'\n[observability]\nlisten = "127.0.0.1:{port}"\n')
+        env = {**{k: v for k, v in os.environ.items() if not k.startswith("GELBRIDGE_")},
+               PASSWORD_ENV: pds_account.app_password}
+        for command in ("check", "run"):
+            r = await asyncio.to_thread(
+                subprocess.run, [sys.executable, "-m", "gelbridge", command, "--config", str(cfg)],
+                capture_output=True, text=True, timeout=120, cwd=tmp_path, env=env, stdin=subprocess.DEVNULL)
+            assert r.returncode == 1, (command, r.stdout, r.stderr)
+            assert (f"error: [observability] listen: 127.0.0.1:{port} is in use (another gelbridge? "
+                    "pick another port)") in r.stderr.splitlines(), (command, r.stderr)
+            assert "Traceback" not in r.stderr and "ready" not in r.stdout, (command, r.stderr)
+    assert [x async for x in app.pds.iter_records("chat.gel.assistant.message")] == []
+    assert not (tmp_path / "state").exists()  # nothing opened
+
+
+async def test_start_up_lines_name_the_jetstream_url_and_wanted_dids_or_the_poll_interval(
+    dev_pds: DevPds, tmp_path: Path,
+) -> None:
+    """What ``gelbridge run`` prints for each account says how it is followed: Jetstream's
+    URL and the DIDs its one connection asks for, or the poll."""
+    import io
+    import secrets
+
+    from gelbridge._bridge import Bridge
+    from gelbridge._config import Settings
+    from gelbridge._dev.pds import create_account
+    from testkit.jetstream_server import JetstreamServer
+
+    accts = {n: create_account(dev_pds.pds_url, f"js{secrets.token_hex(5)}.test", secrets.token_urlsafe(12))
+             for n in ("a", "b")}
+    for n in accts:
+        ring = Keyring()
+        ring.add_new(f"k-{n}")
+        ring.save(tmp_path / f"{n}.keyring.json")
+    environ = {f"PW_{n.upper()}": a.app_password for n, a in accts.items()}
+
+    def settings(watch: dict[str, object], names: tuple[str, ...]) -> Settings:
+        return Settings.model_validate({
+            "state": {"dir": str(tmp_path / "state")},
+            "watch": watch,
+            "accounts": [{"name": n, "pds": dev_pds.pds_url, "identifier": accts[n].handle,
+                          "password_env": f"PW_{n.upper()}", "keyring": str(tmp_path / f"{n}.keyring.json")}
+                         for n in names],
+            "providers": {"local": {"adapter": "openai", "base_url": "http://127.0.0.1:9/v1"}},
+            "worker": {"shutdown_grace": 1.0},
+        })
+
+    async def printed(s: Settings) -> list[str]:
+        out, ready, stop = io.StringIO(), asyncio.Event(), asyncio.Event()
+        serving = asyncio.create_task(Bridge(s, environ=environ).run(stop, ready=ready, out=out))
+        try:
+            await asyncio.wait_for(ready.wait(), 60)
+        finally:
+            stop.set()
+            await asyncio.wait_for(serving, 20)
+        return [line for line in out.getvalue().splitlines() if line.startswith("  source")]
+
+    async with JetstreamServer() as srv:
+        lines = await printed(settings({"source": "jetstream", "url": srv.url}, ("a", "b")))
+    dids = {n: accts[n].did for n in accts}
+    cursor = "cursor none: starting live + backfill"
+    assert lines == [f"  source     jetstream {srv.url} (wantedDids {dids[n]} and 1 other account(s); {cursor})"
+                     for n in ("a", "b")]
+    assert await printed(settings({"source": "poll", "poll_interval": 7}, ("a",))) == [
+        "  source     poll every 7 s (listRecords on its PDS)"]
