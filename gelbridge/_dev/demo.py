@@ -167,7 +167,10 @@ def run_demo(*, text: str, timeout: float = 120.0, keep_dir: Path | None = None,
 
     say("gelbridge demo: a local PDS, a sealed chat message, the worker and a local echo model\n")
     base = Path(keep_dir).expanduser().resolve() if keep_dir else Path(tempfile.mkdtemp(prefix="gelbridge-demo-"))
-    base.mkdir(parents=True, exist_ok=True)
+    try:
+        base.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise DemoError(f"--keep {base}: cannot make that folder ({e.strerror}); pick another") from None
     pds = DevPds(progress=sys.stderr)
     server = ModelServer()
     try:

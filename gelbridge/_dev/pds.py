@@ -69,6 +69,23 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def port_or_free(port: int | None, error: type[GelbridgeError]) -> int:
+    """``port`` if it is free on 127.0.0.1 now, a free one if None; else ``error`` saying
+    so (before a server starts and fails on it with a stack trace of its own)."""
+    if not port:
+        return free_port()
+    if not 1 <= port <= 65535:
+        raise error(f"--port {port} is out of range: 1-65535 (or leave --port out for a free one)")
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as the servers bind it
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError as e:
+            raise error(f"--port {port} cannot be used on 127.0.0.1 ({e.strerror or type(e).__name__}); "
+                        "pick another port, or leave --port out for a free one") from None
+    return port
+
+
 def install(*, progress: IO[str] | None = None, timeout: float = 1200.0) -> Path:
     """Run ``scripts/pds/install.sh`` (instant when already installed); the install dir.
 
@@ -138,11 +155,11 @@ class DevPds:
         """Install if needed, start node, wait (bounded) for its ready line."""
         if self._proc is not None:
             raise DevPdsError("this DevPds is already started")
+        pds_port = port_or_free(port, DevPdsError)
         install_dir = install(progress=self._progress)
         node = shutil.which("node")
         if node is None:
             raise DevPdsError("node not found on PATH (need Node >= 20)")
-        pds_port = port or free_port()
         plc_port = free_port()
         while plc_port == pds_port:
             plc_port = free_port()

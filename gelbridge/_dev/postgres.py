@@ -28,8 +28,9 @@ from collections import deque
 from pathlib import Path
 from typing import IO, Any
 
-from gelbridge._dev.pds import free_port
+from gelbridge._dev.pds import port_or_free
 from gelbridge._errors import GelbridgeError
+from gelbridge._state._postgres import import_psycopg
 
 
 def _default_scripts_dir() -> Path:
@@ -101,10 +102,11 @@ class DevPostgres:
         """Install if needed, copy the template cluster, start ``postgres``, wait until it answers."""
         if self._proc is not None:
             raise DevPostgresError("this DevPostgres is already started")
+        import_psycopg("gelbridge dev postgres")  # before installing anything: it talks to the server with it
+        self.port = port_or_free(port, DevPostgresError)
         found = install(progress=self._progress)
         self._bin = Path(found["bin"])
         user = found["user"]
-        self.port = port or free_port()
         self._tmp = Path(tempfile.mkdtemp(prefix="gelbridge-dev-pg-"))
         data = self._tmp / "data"
         try:

@@ -183,11 +183,12 @@ def redacted(url: str) -> str:
     return f"postgresql://{user}{info.get('host') or 'localhost'}{port}/{info.get('dbname') or ''}"
 
 
-def _import_psycopg() -> Any:
+def import_psycopg(needed_by: str = "[state] url") -> Any:
+    """The ``psycopg`` module, or :class:`StateError` saying which extra to install."""
     try:
         import psycopg
     except ImportError:
-        raise StateError("[state] url needs psycopg: pip install 'gelbridge[postgres]'") from None
+        raise StateError(f"{needed_by} needs psycopg: pip install 'gelbridge[postgres]'") from None
     return psycopg
 
 
@@ -200,7 +201,7 @@ class PostgresStore(StateStore):
     def __init__(self, url: str, *, timeout: float = 5.0, connections: int = 4,
                  clock: Callable[[], float] | None = None) -> None:
         super().__init__(**({"clock": clock} if clock is not None else {}))
-        self._psycopg = _import_psycopg()
+        self._psycopg = import_psycopg()
         self.url = url
         self.location = redacted(url)
         self.timeout = timeout
@@ -348,7 +349,7 @@ class PostgresStore(StateStore):
 def probe(url: str, timeout: float = 5.0) -> int:
     """Connect once, change nothing: the schema version the database holds (0: none yet).
     Raises :class:`StateError` with what to fix (unreachable, refused, or newer schema)."""
-    psycopg = _import_psycopg()
+    psycopg = import_psycopg()
     where = redacted(url)
     try:
         with psycopg.connect(url, connect_timeout=max(1, int(timeout)), application_name="gelbridge-check") as conn:

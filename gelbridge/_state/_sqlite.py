@@ -255,9 +255,7 @@ class SqliteStore(StateStore):
     @classmethod
     def open_dir(cls, state_dir: str | Path, **kw: Any) -> SqliteStore:
         """Open (creating if needed) ``<state_dir>/gelbridge.db``."""
-        d = Path(state_dir).expanduser()
-        d.mkdir(parents=True, exist_ok=True, mode=0o700)
-        return cls(d / DB_FILENAME, **kw)
+        return cls(Path(state_dir).expanduser() / DB_FILENAME, **kw)  # it makes the folder (or says why not)
 
     async def aclose(self) -> None:
         async with self._lock:
