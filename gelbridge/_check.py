@@ -20,6 +20,7 @@ import asyncio
 import contextlib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from gelbridge._config import NO_FILE, ReadConfig, Settings
 from gelbridge._errors import GelbridgeError, PdsAuthError, PdsError, PdsRateLimited
@@ -115,9 +116,13 @@ async def check_settings(settings: Settings, *, environ: Mapping[str, str], logi
 
 
 def _check_state(settings: Settings, rep: CheckReport) -> None:
-    """``[state] url``: PostgreSQL answers and holds no newer schema (nothing is changed)."""
+    """``[state] url``: PostgreSQL answers and holds no newer schema; or ``[state] dir``
+    can hold the SQLite file. Nothing is created or changed."""
     url = settings.state.url
     if not url:
+        problem = _state_dir_problem(settings.state_dir)
+        if problem:
+            rep.problems.append(f"[state] dir: {problem}")
         return
     from gelbridge._state._postgres import probe, redacted
 
@@ -128,6 +133,24 @@ def _check_state(settings: Settings, rep: CheckReport) -> None:
         return
     schema = f"schema v{version}" if version else "empty: the first worker creates the tables"
     rep.lines.append(f"state      {redacted(url)} ({schema}); a fleet with leases of {settings.fleet.lease_seconds:g} s")
+
+
+def _state_dir_problem(d: Path) -> str | None:
+    """Why the state directory ``d`` cannot be used (None: it can, or can be created)."""
+    import os
+
+    if d.exists():
+        if not d.is_dir():
+            return f"{d} is a file, not a directory; point [state] dir at a directory"
+        return None if os.access(d, os.W_OK | os.X_OK) else f"{d} is not writable by this user"
+    parent = d.parent
+    while not parent.exists() and parent != parent.parent:
+        parent = parent.parent
+    if not parent.is_dir():
+        return f"{d} cannot be created: {parent} is a file"
+    if not os.access(parent, os.W_OK | os.X_OK):
+        return f"{d} cannot be created: {parent} is not writable by this user"
+    return None
 
 
 def _label(settings: Settings, acct: Settings) -> str:

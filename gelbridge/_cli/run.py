@@ -121,8 +121,8 @@ def _checked(config: Path | None, level: LogLevel | str | None, fmt: LogFormat |
     for p in rep.problems:
         print_error(p)
     if len(rep.problems) > 1:
-        print_error(f"{command}: {len(rep.problems)} problems in {read.source}"
-                    f"{'; nothing was started' if command == 'run' else ''}")
+        print(f"{command}: {len(rep.problems)} problems in {read.source}"
+              f"{'; nothing was started' if command == 'run' else ''}", file=notices, flush=True)
     if rep.problems:
         raise typer.Exit(1)
     return read.settings, rep.lines, fmt_chosen
