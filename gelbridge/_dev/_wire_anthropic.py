@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from gelbridge._dev._wire_common import (
@@ -68,6 +68,24 @@ def wants_stream(body: Mapping[str, Any]) -> bool:
 def error_body(status: int, message: str) -> dict[str, Any]:
     err_type = _ERROR_TYPES.get(status, "api_error" if status >= 500 else "invalid_request_error")
     return {"type": "error", "error": {"type": err_type, "message": message}, "request_id": None}
+
+
+def model_info(model: str) -> dict[str, Any]:
+    """``GET /v1/models/{model_id}`` and each entry of ``GET /v1/models`` (Claude API
+    "Models": type, id, display_name, created_at, lifecycle)."""
+    return {"type": "model", "id": model, "display_name": model, "created_at": "2025-01-01T00:00:00Z",
+            "lifecycle": "active"}
+
+
+def model_list(models: Sequence[str], limit: int = 20) -> dict[str, Any]:
+    """One page of ``GET /v1/models?limit=N`` (``has_more``, ``first_id``, ``last_id``)."""
+    page = [model_info(m) for m in models[:max(1, min(limit, 1000))]]
+    return {"data": page, "has_more": len(models) > len(page),
+            "first_id": page[0]["id"] if page else None, "last_id": page[-1]["id"] if page else None}
+
+
+def model_not_found(model: str) -> dict[str, Any]:
+    return error_body(404, f"model: {model}")
 
 
 def _signature(turn: Turn) -> str:

@@ -12,7 +12,7 @@ official `google-genai` SDK's SSE reader (`_iter_response_stream`).
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from gelbridge._dev._wire_common import (
@@ -65,6 +65,32 @@ def auth_ok(headers: Mapping[str, str], query: Mapping[str, str], key: str) -> b
 def error_body(status: int, message: str) -> dict[str, Any]:
     return {"error": {"code": status, "message": message,
                       "status": _STATUS.get(status, "INTERNAL" if status >= 500 else "FAILED_PRECONDITION")}}
+
+
+def model_info(model: str) -> dict[str, Any]:
+    """``GET /v1beta/models/{model}`` and each entry of ``GET /v1beta/models`` (Gemini API
+    reference "Models": the ``Model`` resource, named ``models/<id>``)."""
+    return {"name": f"models/{model}", "version": "001", "displayName": model,
+            "description": "the local echo model", "inputTokenLimit": 1048576, "outputTokenLimit": 65536,
+            "supportedGenerationMethods": ["generateContent", "countTokens"], "temperature": 1.0,
+            "topP": 0.95, "topK": 64, "maxTemperature": 2.0, "thinking": True}
+
+
+def model_list(models: Sequence[str], page_size: int = 50, page_token: str = "") -> dict[str, Any]:
+    """One page of ``GET /v1beta/models?pageSize=N&pageToken=T`` (``nextPageToken`` while
+    more follow; at most 1000 a page, 50 by default, as the reference says)."""
+    size = max(1, min(page_size, 1000))
+    start = int(page_token) if page_token.isdigit() else 0
+    out: dict[str, Any] = {"models": [model_info(m) for m in models[start:start + size]]}
+    if start + size < len(models):
+        out["nextPageToken"] = str(start + size)
+    return out
+
+
+def model_not_found(model: str) -> dict[str, Any]:
+    return error_body(404, f"models/{model} is not found for API version v1beta, or is not supported for "
+                           "generateContent. Call ListModels to see the list of available models and their "
+                           "supported methods.")
 
 
 def _usage(turn: Turn, ctx: WireContext) -> dict[str, Any]:

@@ -9,7 +9,7 @@ parsing in the official `openai` Python SDK (ChatCompletionChunk, ChoiceDeltaToo
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from gelbridge._dev._wire_common import (
@@ -60,6 +60,21 @@ def wants_stream(body: Mapping[str, Any]) -> bool:
 def error_body(status: int, message: str, code: str | None = None) -> dict[str, Any]:
     err_type, default = _ERROR_TYPES.get(status, ("server_error" if status >= 500 else "invalid_request_error", None))
     return {"error": {"message": message, "type": err_type, "param": None, "code": code or default}}
+
+
+def model_info(model: str) -> dict[str, Any]:
+    """One entry of ``GET /v1/models`` and the answer of ``GET /v1/models/{model}``
+    (OpenAI API reference "Models": id, object, created, owned_by)."""
+    return {"id": model, "object": "model", "created": 0, "owned_by": "gelbridge"}
+
+
+def model_list(models: Sequence[str]) -> dict[str, Any]:
+    return {"object": "list", "data": [model_info(m) for m in models]}
+
+
+def model_not_found(model: str) -> dict[str, Any]:
+    """The 404 of a model this key cannot use (retrieve, and chat with an unknown model)."""
+    return error_body(404, f"The model `{model}` does not exist or you do not have access to it.", "model_not_found")
 
 
 def _id(ctx: WireContext) -> str:

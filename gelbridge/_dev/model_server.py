@@ -13,8 +13,17 @@ Routes (any path prefix is accepted where noted, for OpenAI-compatible hosts):
   POST /{v1,v1beta,v1alpha}/models/{m}:generateContent          Gemini
   POST /{v1,v1beta,v1alpha}/models/{m}:streamGenerateContent    Gemini (?alt=sse or JSON array)
   POST /api/chat                                  Ollama (NDJSON unless "stream": false)
-  GET  /api/tags, /api/version, /                 Ollama discovery
-  GET  /v1/models                                 OpenAI model list
+  GET  /api/tags, /api/version, /; POST /api/show Ollama discovery
+  GET  .../models, .../models/{m}                 OpenAI (and DeepSeek, OpenRouter) model list and model
+  GET  .../v1/models, .../v1/models/{m}           Anthropic (with anthropic-version or x-api-key)
+  GET  /{v1,v1beta,v1alpha}/models[/{m}]          Gemini (v1: with x-goog-api-key or ?key=)
+  GET  .../key                                    OpenRouter's key check
+
+`models` names what the listings offer and the lookups find; None (the default): the
+echo model answers any id, so every lookup finds it and the listings name `echo`.
+Given, a chat request for another model gets the provider's 404 too. Every route answers
+a wrong key with the provider's own 401 shape (OpenAI ``invalid_api_key``, Anthropic
+``authentication_error``, Google ``UNAUTHENTICATED``, OpenRouter's ``{"code": 401}``).
 
 The server is a stdlib `ThreadingHTTPServer` running in a background thread (one
 thread per client connection, HTTP/1.1 keep-alive), so it works from synchronous tests
@@ -30,14 +39,21 @@ import socket
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from types import ModuleType
 from typing import Any
 from urllib.parse import parse_qsl, urlsplit
 
-from gelbridge._dev import _wire_anthropic, _wire_gemini, _wire_ollama, _wire_openai, _wire_openai_responses
+from gelbridge._dev import (
+    _wire_anthropic,
+    _wire_gemini,
+    _wire_ollama,
+    _wire_openai,
+    _wire_openai_responses,
+    _wire_openrouter,
+)
 from gelbridge._dev._prompt_cache import CacheUse, PromptCache
 from gelbridge._dev._tool_mode import Mode, tool_turn
 from gelbridge._dev._wire_common import (
@@ -80,6 +96,9 @@ _REDACTED = "<redacted>"
 _GEMINI_PATH = re.compile(
     r"^/(?:v1|v1beta|v1alpha)/((?:models|tunedModels)/[^:]+):(generateContent|streamGenerateContent)$"
 )
+_GEMINI_MODELS = re.compile(r"^/(v1|v1beta|v1alpha)/models(?:/([^:/]+))?$")
+_ANTHROPIC_MODELS = re.compile(r"^(.*?)/v1/models(?:/(.+))?$")
+_OPENAI_MODELS = re.compile(r"^(.*?)/models(?:/(.+))?$")
 
 
 @dataclass(frozen=True)
@@ -134,6 +153,7 @@ class ModelServer:
         (a reasoning.text entry with `Turn.reasoning_signature`, a reasoning.encrypted
         one with `Turn.redacted_reasoning`; streamed in pieces by index).
       record_requests: keep every request in `.requests` (turn off for long benchmarks).
+      models: the model ids this server offers (listings, lookups and chat); None: any.
     """
 
     def __init__(
@@ -149,6 +169,7 @@ class ModelServer:
         gemini_call_ids: bool = True,
         reasoning_details: bool = False,
         record_requests: bool = True,
+        models: Sequence[str] | None = None,
     ) -> None:
         if chunk_size < 1:
             raise ValueError("chunk_size must be at least 1")
@@ -162,6 +183,7 @@ class ModelServer:
         self.gemini_call_ids = gemini_call_ids
         self.reasoning_details = reasoning_details
         self.record_requests = record_requests
+        self.models = tuple(models) if models is not None else None
         self._lock = threading.Lock()
         self._queue: deque[Item] = deque(script)
         self._requests: list[RecordedRequest] = []
@@ -286,12 +308,63 @@ class ModelServer:
             return self.responder(req)
         return echo_turn(req.body)
 
+    def offers(self, model: str, *, ollama: bool = False) -> bool:
+        """Whether ``model`` is one this server serves (Ollama: ``llama3`` is ``llama3:latest``)."""
+        if self.models is None:
+            return True
+        if ollama:
+            return _wire_ollama.full_name(model) in {_wire_ollama.full_name(m) for m in self.models}
+        return model in self.models
+
+    def listed(self, default: str = "echo") -> list[str]:
+        """The ids the listings name."""
+        return list(self.models) if self.models is not None else [default]
+
     def _track(self, conn: socket.socket, add: bool) -> None:
         with self._lock:
             if add:
                 self._connections[conn] = threading.current_thread()
             else:
                 self._connections.pop(conn, None)
+
+
+#: which wire answers each discovery route (``_discovery_route``)
+_DISCOVERY_WIRES: dict[str, ModuleType] = {
+    "openai": _wire_openai, "anthropic": _wire_anthropic, "gemini": _wire_gemini, "ollama": _wire_ollama,
+    "openrouter": _wire_openrouter,
+}
+
+
+def _discovery_route(path: str, headers: Mapping[str, str], query: Mapping[str, str]) -> tuple[str, str, str | None] | None:
+    """``(provider, what, model id)`` of a GET discovery route (``what``: root, version,
+    list, get or key), or None (404). The same path may be two providers' (``/v1/models``:
+    OpenAI, Anthropic and Gemini v1): the headers tell them apart, as each provider's own
+    SDK sends them."""
+    from urllib.parse import unquote
+
+    if path in ("/", "/api/version"):
+        return "ollama", "root" if path == "/" else "version", None
+    if path == "/api/tags":
+        return "ollama", "list", None
+    tell: dict[str, Callable[[re.Match[str]], bool]] = {  # whose route it is, when the path matches
+        "gemini": lambda m: m.group(1) != "v1" or "x-goog-api-key" in headers or "key" in query,
+        "anthropic": lambda m: "anthropic-version" in headers or "x-api-key" in headers,
+        "openai": lambda m: not path.startswith(("/v1beta/", "/v1alpha/")),
+    }
+    routes: tuple[tuple[str, re.Pattern[str]], ...] = (
+        ("gemini", _GEMINI_MODELS), ("anthropic", _ANTHROPIC_MODELS), ("openai", _OPENAI_MODELS))
+    for provider, pattern in routes:
+        found = pattern.match(path)
+        if found and tell[provider](found):
+            model = found.group(2)
+            return provider, "get" if model else "list", unquote(model) if model else None
+    if path.endswith("/key"):
+        return "openrouter", "key", None
+    return None
+
+
+def _int(text: str | None, default: int) -> int:
+    return int(text) if text is not None and text.isdigit() else default
 
 
 def _redact(headers: Mapping[str, str]) -> dict[str, str]:
@@ -353,30 +426,47 @@ class _Handler(BaseHTTPRequestHandler):
     def do_GET(self) -> None:
         owner = self.server.owner
         url = urlsplit(self.path)
-        headers = self._headers()
-        req = RecordedRequest("other", "GET", url.path, self._query(url.query), _redact(headers), None,
-                              received_at=time.time())
-        if url.path == "/":
+        path, query, headers = url.path, self._query(url.query), self._headers()
+        safe_query = {k: (_REDACTED if k == "key" else v) for k, v in query.items()}
+        req = RecordedRequest("other", "GET", path, safe_query, _redact(headers), None, received_at=time.time())
+        route = _discovery_route(path, headers, query)
+        if route is None:
             owner._record(req)
+            self._send_json(404, {"error": {"message": f"no route for GET {path}", "code": 404}})
+            return
+        provider, what, model = route
+        owner._record(replace(req, provider=provider))
+        if what == "root":
             self._send_bytes(200, b"Ollama is running", "text/plain; charset=utf-8")
-        elif url.path in ("/api/tags", "/api/version"):
-            owner._record(replace(req, provider="ollama"))
-            if owner.api_key and not _wire_ollama.auth_ok(headers, {}, owner.api_key):
-                self._send_json(401, _wire_ollama.error_body(401, "unauthorized"))
-            elif url.path == "/api/tags":
-                self._send_json(200, _wire_ollama.tags("echo:latest"))
-            else:
-                self._send_json(200, {"version": _wire_ollama.VERSION})
-        elif url.path.endswith("/models") and not url.path.startswith("/v1beta"):
-            owner._record(replace(req, provider="openai"))
-            if owner.api_key and not _wire_openai.auth_ok(headers, {}, owner.api_key):
-                self._send_json(401, _wire_openai.error_body(401, "Incorrect API key provided."))
-            else:
-                self._send_json(200, {"object": "list", "data": [
-                    {"id": "echo", "object": "model", "created": 0, "owned_by": "gelbridge"}]})
-        else:
-            owner._record(req)
-            self._send_json(404, {"error": {"message": f"no route for GET {url.path}", "code": 404}})
+            return
+        wire = _DISCOVERY_WIRES[provider]
+        if owner.api_key and not wire.auth_ok(headers, query, owner.api_key):
+            self._send_json(401, wire.error_body(401, self._auth_message(wire)))
+            return
+        if wire is _wire_anthropic and not headers.get("anthropic-version"):
+            self._send_json(400, wire.error_body(400, "anthropic-version: header is required"))
+            return
+        status, answer = self._discovery_answer(provider, what, model, query)
+        self._send_json(status, answer)
+
+    def _discovery_answer(self, provider: str, what: str, model: str | None,
+                          query: Mapping[str, str]) -> tuple[int, Any]:
+        owner = self.server.owner
+        if what == "key":
+            return 200, _wire_openrouter.key_info()
+        if what == "version":
+            return 200, {"version": _wire_ollama.VERSION}
+        if provider == "ollama":
+            return 200, _wire_ollama.tags(owner.listed("echo:latest"))
+        wire = _DISCOVERY_WIRES[provider]
+        if model is not None:
+            found = owner.offers(model)
+            return (200, wire.model_info(model)) if found else (404, wire.model_not_found(model))
+        if wire is _wire_anthropic:
+            return 200, wire.model_list(owner.listed(), _int(query.get("limit"), 20))
+        if wire is _wire_gemini:
+            return 200, wire.model_list(owner.listed(), _int(query.get("pageSize"), 50), query.get("pageToken", ""))
+        return 200, _wire_openai.model_list(owner.listed())
 
     # ------------------------------------------------------------ POST routes
 
@@ -398,6 +488,9 @@ class _Handler(BaseHTTPRequestHandler):
 
         wire: ModuleType
         model = body.get("model") if isinstance(body, dict) else None
+        if path == "/api/show":
+            self._show(path, safe_query, headers, body, str(model or ""))
+            return
         gemini = _GEMINI_PATH.match(path)
         sse = True
         if gemini:
@@ -437,6 +530,11 @@ class _Handler(BaseHTTPRequestHandler):
         if bad_json:
             self._send_json(400, wire.error_body(400, "request body is not a JSON object"), extra)
             return
+        if not owner.offers(str(model or ""), ollama=wire is _wire_ollama):
+            missing = (_wire_openai.model_not_found(str(model)) if wire is _wire_openai_responses
+                       else wire.model_not_found(str(model)))
+            self._send_json(404, missing, extra)
+            return
 
         item = owner._next_item(req)
         while isinstance(item, Delay):
@@ -464,6 +562,19 @@ class _Handler(BaseHTTPRequestHandler):
         )
         self._serve_item(wire, item, ctx, body, stream, sse, extra)
 
+    def _show(self, path: str, query: Mapping[str, str], headers: Mapping[str, str], body: Any, model: str) -> None:
+        """Ollama's ``POST /api/show``: the model's details, or its 404 when it is not pulled."""
+        owner = self.server.owner
+        owner._record(RecordedRequest("ollama", "POST", path, query, _redact(headers), body, received_at=time.time()))
+        if owner.api_key and not _wire_ollama.auth_ok(headers, query, owner.api_key):
+            self._send_json(401, _wire_ollama.error_body(401, "unauthorized"))
+        elif not model:
+            self._send_json(400, _wire_ollama.error_body(400, "model is required"))
+        elif not owner.offers(model, ollama=True):
+            self._send_json(404, _wire_ollama.model_not_found(model))
+        else:
+            self._send_json(200, _wire_ollama.show(model))
+
     def _cache_use(self, wire: ModuleType, model: str, body: dict[str, Any]) -> CacheUse | None:
         cache = self.server.owner.prompt_cache
         if wire is _wire_anthropic:
@@ -482,6 +593,7 @@ class _Handler(BaseHTTPRequestHandler):
                                     "with.",
             _wire_anthropic: "invalid x-api-key",
             _wire_gemini: "API key not valid. Please pass a valid API key.",
+            _wire_openrouter: "User not found.",
         }.get(wire, "unauthorized")
 
     @staticmethod

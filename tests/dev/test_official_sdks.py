@@ -533,3 +533,106 @@ def test_the_sdks_parse_native_web_search_answers(server: ModelServer) -> None:
     assert [(c.web.uri, c.web.title) for c in gm.grounding_chunks] == [
         ("https://en.wikipedia.org/wiki/Paris", "Paris - Wikipedia")]
     assert gm.grounding_supports[0].grounding_chunk_indices == [0]
+
+
+# ------------------------------------------------------------ model discovery (gelbridge check's probes)
+
+OFFERED = ["model-a", "model-b", "model-c"]
+
+
+@pytest.fixture
+def offering() -> Iterator[ModelServer]:
+    with ModelServer(api_key=KEY, models=OFFERED) as srv:
+        yield srv
+
+
+def test_openai_sdk_lists_and_retrieves_models_and_types_the_errors(offering: ModelServer) -> None:
+    from openai.types import Model
+
+    client = _openai(offering)
+    listed = client.models.list()
+    assert [m.id for m in listed] == OFFERED and all(Model.model_validate(m.model_dump()) for m in listed)
+    assert client.models.retrieve("model-b").id == "model-b"
+    with pytest.raises(openai.NotFoundError) as missing:
+        client.models.retrieve("nope")
+    assert missing.value.code == "model_not_found"
+    with pytest.raises(openai.NotFoundError) as chat:  # a chat with a model it does not have: the same 404
+        client.chat.completions.create(model="nope", messages=[{"role": "user", "content": "x"}])
+    assert chat.value.code == "model_not_found"
+    with pytest.raises(openai.AuthenticationError) as auth:
+        _openai(offering, key="wrong").models.list()
+    assert auth.value.code == "invalid_api_key"
+    # DeepSeek (base_url https://api.deepseek.com: GET /models) and OpenRouter (/api/v1/models)
+    for prefix in ("", "/api/v1"):
+        other = openai.OpenAI(base_url=offering.url + prefix, api_key=KEY, max_retries=0)
+        assert [m.id for m in other.models.list()] == OFFERED
+
+
+def test_anthropic_sdk_lists_and_retrieves_models_and_types_the_errors(offering: ModelServer) -> None:
+    from anthropic.types import ModelInfo
+
+    client = _anthropic(offering)
+    page = client.models.list(limit=2)
+    assert [m.id for m in page.data] == OFFERED[:2] and page.has_more and page.last_id == "model-b"
+    assert all(ModelInfo.model_validate(m.model_dump()) for m in page.data)
+    assert [m.id for m in client.models.list()] == OFFERED
+    assert client.models.retrieve("model-c").id == "model-c"
+    with pytest.raises(anthropic.NotFoundError) as missing:
+        client.models.retrieve("claude-nope")
+    assert missing.value.body["error"]["type"] == "not_found_error"
+    with pytest.raises(anthropic.NotFoundError):
+        client.messages.create(model="claude-nope", max_tokens=5, messages=[{"role": "user", "content": "x"}])
+    with pytest.raises(anthropic.AuthenticationError) as auth:
+        _anthropic(offering, key="wrong").models.list()
+    assert auth.value.body["error"]["type"] == "authentication_error"
+
+
+def test_gemini_sdk_lists_and_gets_models_and_types_the_errors(offering: ModelServer) -> None:
+    client = _gemini(offering)
+    listed = list(client.models.list(config={"page_size": 2}))  # the pager follows nextPageToken
+    assert [m.name for m in listed] == [f"models/{m}" for m in OFFERED]
+    got = client.models.get(model="model-a")
+    assert got.name == "models/model-a" and "generateContent" in (got.supported_actions or [])
+    with pytest.raises(genai_errors.ClientError) as missing:
+        client.models.get(model="gemini-nope")
+    assert missing.value.code == 404 and missing.value.status == "NOT_FOUND"
+    with pytest.raises(genai_errors.ClientError) as chat:
+        client.models.generate_content(model="gemini-nope", contents="x")
+    assert chat.value.code == 404
+    with pytest.raises(genai_errors.ClientError) as auth:
+        list(_gemini(offering, key="wrong").models.list())
+    assert auth.value.code == 401 and auth.value.status == "UNAUTHENTICATED"
+
+
+def test_ollama_sdk_lists_and_shows_models_and_types_the_errors(offering: ModelServer) -> None:
+    client = _ollama(offering)
+    assert [m.model for m in client.list().models] == OFFERED
+    shown = client.show("model-a")  # model-a is model-a:latest
+    assert shown.details is not None and shown.capabilities and shown.modelfile
+    with pytest.raises(ollama.ResponseError) as missing:
+        client.show("nope")
+    assert missing.value.status_code == 404 and missing.value.error == "model 'nope' not found"
+    with pytest.raises(ollama.ResponseError) as chat:
+        client.chat(model="nope", messages=[{"role": "user", "content": "x"}], stream=False)
+    assert chat.value.status_code == 404
+    with pytest.raises(ollama.ResponseError) as auth:
+        _ollama(offering, key="wrong").show("model-a")
+    assert auth.value.status_code == 401
+
+
+def test_openrouter_key_check_answers_in_openrouters_shape(offering: ModelServer) -> None:
+    # OpenRouter API reference, "Get current API key": GET /api/v1/key -> {"data": {...}};
+    # "Errors": {"error": {"code": <status>, "message": ...}}
+    ok = httpx.get(offering.url + "/api/v1/key", headers={"Authorization": f"Bearer {KEY}"})
+    data = ok.json()["data"]
+    assert ok.status_code == 200 and {"label", "limit", "usage", "is_free_tier", "limit_remaining"} <= set(data)
+    bad = httpx.get(offering.url + "/api/v1/key", headers={"Authorization": "Bearer wrong"})
+    assert bad.status_code == 401 and bad.json() == {"error": {"code": 401, "message": "User not found."}}
+
+
+def test_without_a_model_list_the_echo_model_answers_every_lookup(server: ModelServer) -> None:
+    assert [m.id for m in _openai(server).models.list()] == ["echo"]
+    assert _openai(server).models.retrieve("anything-at-all").id == "anything-at-all"
+    assert _anthropic(server).models.retrieve("claude-x").id == "claude-x"
+    assert _ollama(server).show("qwen3").details is not None
+    assert [m.model for m in _ollama(server).list().models] == ["echo:latest"]
