@@ -7,6 +7,8 @@ AT-URI or record key, keys by their keyId.
 
 from __future__ import annotations
 
+import re
+from dataclasses import dataclass, replace
 from typing import Any
 
 
@@ -122,11 +124,116 @@ class SandboxViolation(AdapterError):
     """Which limit: time, instructions, memory, pattern or string_size."""
 
 
+#: What went wrong with a provider call (``ProviderFault.what``): a fixed vocabulary.
+FAULTS: dict[str, str] = {
+    "refused": "connection refused at {host}",
+    "dns": "the host name of {host} does not resolve (DNS)",
+    "tls": "TLS with {host} failed",
+    "connect_timeout": "no connection to {host} within the connect timeout",
+    "unreachable": "cannot connect to {host}",
+    "read_timeout": "{host} did not answer within the read timeout",
+    "timeout": "timed out talking to {host}",
+    "deadline": "{host} did not finish within the call's deadline",
+    "cut": "the connection to {host} was cut mid-answer",
+    "status": "HTTP {status} from {host}",
+    "redirect": "HTTP {status} (a redirect) from {host}",
+    "not_json": "{host} answered HTTP {status} with a body that is not JSON",
+    "too_large": "the answer from {host} is larger than gelbridge accepts",
+    "not_a_stream": "{host} answered HTTP {status} with JSON where an event stream was asked for",
+    "bad_stream": "the stream from {host} is not well formed",
+    "error_reply": "{host} reported an error in its answer",
+    "error_event": "{host} sent an error event mid-stream",
+    "no_events": "the stream from {host} ended without any event the adapter understood",
+    "bad_url": "the request URL for {host} is not valid",
+}
+
+#: Provider error codes and types worth a log line: each provider's documented,
+#: fixed vocabulary (OpenAI ``code``/``type``, Anthropic ``error.type``, Google
+#: ``status``, the Lux kinds). A code outside it is never logged: a provider (or a
+#: proxy) may put anything in the field, even an echo of the request.
+PROVIDER_CODES: frozenset[str] = frozenset({
+    # OpenAI (and the OpenAI-compatible hosts: DeepSeek, OpenRouter, Groq, Mistral...)
+    "invalid_api_key", "invalid_request_error", "authentication_error", "permission_error",
+    "not_found_error", "model_not_found", "insufficient_quota", "billing_hard_limit_reached",
+    "rate_limit_exceeded", "rate_limit_error", "context_length_exceeded", "server_error",
+    "invalid_encrypted_content", "unsupported_country_region_territory", "content_policy_violation",
+    "content_filter", "moderation_blocked", "invalid_organization", "invalid_project",
+    "account_deactivated", "insufficient_permissions", "unsupported_parameter", "unsupported_value",
+    "unknown_parameter", "invalid_value", "invalid_type", "missing_required_parameter",
+    "string_above_max_length", "tokens", "requests", "engine_overloaded",
+    # Anthropic
+    "billing_error", "request_too_large", "api_error", "overloaded_error", "timeout_error",
+    # Google (Gemini)
+    "INVALID_ARGUMENT", "FAILED_PRECONDITION", "OUT_OF_RANGE", "UNAUTHENTICATED", "PERMISSION_DENIED",
+    "NOT_FOUND", "ABORTED", "ALREADY_EXISTS", "RESOURCE_EXHAUSTED", "CANCELLED", "DATA_LOSS", "UNKNOWN",
+    "INTERNAL", "NOT_IMPLEMENTED", "UNAVAILABLE", "DEADLINE_EXCEEDED",
+    # Azure OpenAI
+    "ResponsibleAIPolicyViolation", "DeploymentNotFound",
+    # the Lux IR kinds (a script's error event)
+    "rate_limit", "invalid_request", "authentication", "timeout",
+})
+
+_HTTP_CODE = re.compile(r"[1-5][0-9][0-9]")  # OpenRouter's numeric error.code
+_DETAIL = re.compile(r"[A-Z][A-Z0-9_]{0,63}")  # an OpenSSL reason, an errno name
+
+
+def known_code(code: object) -> str | None:
+    """``code`` when it belongs to a provider's fixed vocabulary (``PROVIDER_CODES``, or
+    an HTTP status number), else None."""
+    if isinstance(code, int) and not isinstance(code, bool):
+        code = str(code)
+    if not isinstance(code, str):
+        return None
+    return code if code in PROVIDER_CODES or _HTTP_CODE.fullmatch(code) else None
+
+
+@dataclass(frozen=True)
+class ProviderFault:
+    """Why a provider call failed, in words safe for any log line: ``what`` (a key of
+    ``FAULTS``), the provider (its ``[providers]`` name), ``host:port`` (from base_url),
+    the HTTP status, the provider's error code when it is in ``PROVIDER_CODES``, the
+    local cause's fixed name (an OpenSSL reason such as ``CERTIFICATE_VERIFY_FAILED``)
+    and the attempts made. Never a body, a header or anything from the request."""
+
+    what: str
+    host: str | None = None
+    status: int | None = None
+    code: str | None = None
+    detail: str | None = None
+    provider: str | None = None
+    attempts: int = 1
+
+    def __post_init__(self) -> None:
+        if self.what not in FAULTS:
+            raise ValueError(f"unknown provider fault {self.what!r}")
+        if self.code is not None and (known_code(self.code) != self.code or self.code == str(self.status)):
+            object.__setattr__(self, "code", None)  # unknown, or the status again (OpenRouter's code)
+        if self.detail is not None and not _DETAIL.fullmatch(self.detail):
+            object.__setattr__(self, "detail", None)
+
+    def at(self, *, host: str | None = None, provider: str | None = None) -> ProviderFault:
+        """This fault with the host and provider filled in where it had none."""
+        return replace(self, host=self.host or host, provider=self.provider or provider)
+
+    def __str__(self) -> str:
+        text = FAULTS[self.what].format(host=self.host or "the provider", status=self.status or "?")
+        extra = [x for x in (self.code, self.detail) if x]
+        if extra:
+            text += f" ({', '.join(extra)})"
+        if self.provider:
+            text = f"provider {self.provider!r}: {text}"
+        if self.attempts > 1:
+            text += f", after {self.attempts} attempts"
+        return text
+
+
 class ProviderError(GelbridgeError):
     """The model provider answered with an error, or could not be reached.
 
     ``kind`` is one of the Lux IR error kinds (rate_limit, invalid_request,
-    authentication, server_error, content_filter) or ``timeout``.
+    authentication, server_error, content_filter) or ``timeout``. The message may
+    quote the provider's own words (which can echo the request): it never goes into
+    a log or a reply. ``fault`` says what happened in words that may (``ProviderFault``).
     """
 
     def __init__(
@@ -137,12 +244,14 @@ class ProviderError(GelbridgeError):
         status: int | None = None,
         retry_after: float | None = None,
         provider_code: str | None = None,
+        fault: ProviderFault | None = None,
     ) -> None:
         super().__init__(message)
         self.kind = kind
         self.status = status
         self.retry_after = retry_after
         self.provider_code = provider_code
+        self.fault = fault
 
 
 # --- PDS, tools, worker --------------------------------------------------------------
@@ -230,6 +339,14 @@ def is_transient(error: BaseException) -> bool:
     socket error): an event source retries the record instead of skipping it. A
     ``ClaimConflict`` is an answer, not an outage."""
     return isinstance(error, (PdsError, StateError, OSError)) and not isinstance(error, ClaimConflict)
+
+
+def failure_of(error: BaseException) -> str:
+    """An error for a log line, without its message: its type, and for a provider
+    failure what happened (``ProviderFault``: ``ProviderError: provider 'openai':
+    connection refused at 127.0.0.1:9``)."""
+    fault = error.fault if isinstance(error, ProviderError) else None
+    return f"{type(error).__name__}: {fault}" if fault is not None else type(error).__name__
 
 
 def where_it_failed(error: BaseException) -> str:

@@ -54,6 +54,11 @@ Errors
   A 2xx non-stream body that is not JSON raises ``ProviderError(kind="server_error",
   status=<2xx>)``: the request was accepted, something in front of the API (a proxy,
   a web page at a wrong base_url) answered wrongly. It is not retried.
+  Every ``ProviderError`` of the shell carries a ``fault`` (``ProviderFault``): what
+  happened in a fixed vocabulary (connection refused, DNS, TLS with OpenSSL's reason,
+  a timeout, HTTP status with the provider's code when it is a known one, a body that
+  is not JSON...), the provider's name and ``host:port``. That, never the message, is
+  what a log line may say (``gelbridge._errors.failure_of``).
 
 Retries (``RetryPolicy``; the transport is the ONLY retry owner — disable SDK retries)
   Retried: 429, 5xx (incl. 529), and transport failures (cannot connect, timeouts,
@@ -100,7 +105,7 @@ import random
 import re
 import time
 from collections.abc import AsyncIterator, Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from types import TracebackType
 from typing import Any, Literal, NamedTuple
 from urllib.parse import parse_qsl, quote, urlencode, urlsplit, urlunsplit
@@ -109,7 +114,7 @@ import httpx
 
 from gelbridge._backoff import backoff_delay
 from gelbridge._config import ProviderConfig
-from gelbridge._errors import ConfigError, ProviderError
+from gelbridge._errors import ConfigError, ProviderError, ProviderFault
 
 __all__ = [
     "AuthStyle",
@@ -123,8 +128,10 @@ __all__ = [
     "TransportPool",
     "TransportTiming",
     "auth_headers",
+    "connect_fault",
     "default_auth_style",
     "error_from_response",
+    "host_port",
     "is_retryable",
     "join_url",
     "parse_retry_after",
@@ -147,7 +154,7 @@ NDJSON_TYPES = ("application/x-ndjson", "application/ndjson", "application/jsonl
 
 
 def _framing_error(message: str) -> ProviderError:
-    return ProviderError(message, kind="server_error", status=200)
+    return ProviderError(message, kind="server_error", status=200, fault=ProviderFault("bad_stream", status=200))
 
 
 # ======================================================================================
@@ -628,6 +635,7 @@ def error_from_response(
     return ProviderError(
         text, kind=kind, status=status, retry_after=retry_after,
         provider_code=code[:100] if code else None,
+        fault=ProviderFault("redirect" if 300 <= status < 400 else "status", status=status, code=code),
     )
 
 
@@ -704,6 +712,55 @@ def _host(url: str) -> str:
     return parts.netloc.rpartition("@")[2] or url
 
 
+def host_port(url: str) -> str:
+    """``host:port`` of ``url`` (the scheme's port when none is given; no user info):
+    where a request went, for messages and log lines."""
+    parts = urlsplit(url)
+    try:
+        port = parts.port
+    except ValueError:
+        port = None
+    host = parts.hostname or _host(url)
+    if ":" in host:
+        host = f"[{host}]"  # an IPv6 address
+    port = port or {"https": 443, "http": 80}.get(parts.scheme)
+    return f"{host}:{port}" if port else host
+
+
+def connect_fault(exc: BaseException) -> ProviderFault:
+    """What kept a connection from opening, read from the exception chain httpx raises
+    (``httpx.ConnectError`` ← ``httpcore`` ← ``OSError``): refused, DNS, TLS (with
+    OpenSSL's reason, e.g. ``CERTIFICATE_VERIFY_FAILED``), a connect timeout, or
+    another network failure (with its errno name)."""
+    import errno
+    import socket
+    import ssl
+
+    if isinstance(exc, httpx.ConnectTimeout):
+        return ProviderFault("connect_timeout")
+    seen: set[int] = set()
+    cause: BaseException | None = exc
+    other: str | None = None
+    while cause is not None and id(cause) not in seen and len(seen) < 16:
+        seen.add(id(cause))
+        if isinstance(cause, ssl.SSLCertVerificationError):
+            return ProviderFault("tls", detail="CERTIFICATE_VERIFY_FAILED")
+        if isinstance(cause, ssl.SSLError):
+            reason = cause.reason if isinstance(cause.reason, str) else None
+            return ProviderFault("tls", detail=reason)
+        if isinstance(cause, socket.gaierror):
+            return ProviderFault("dns")
+        if isinstance(cause, ConnectionRefusedError):
+            return ProviderFault("refused")
+        if isinstance(cause, OSError) and isinstance(cause.errno, int) and other is None:
+            other = errno.errorcode.get(cause.errno)
+        cause = cause.__cause__ or cause.__context__
+    text = str(exc)
+    if "SSL" in text or "TLS" in text or "certificate" in text:
+        return ProviderFault("tls")
+    return ProviderFault("unreachable", detail=other)
+
+
 def _map_httpx_error(exc: httpx.HTTPError, url: str, *, received: int | None) -> ProviderError:
     """httpx failure → ProviderError. ``received`` is the body bytes already read, or
     None when no 2xx body had started (then the error is retryable)."""
@@ -713,23 +770,35 @@ def _map_httpx_error(exc: httpx.HTTPError, url: str, *, received: int | None) ->
         if isinstance(exc, httpx.ReadTimeout):
             return ProviderError(
                 f"stream stalled: no data from {host} for the read timeout after {received} bytes; "
-                "try again or raise read_timeout", kind="timeout")
+                "try again or raise read_timeout", kind="timeout", fault=ProviderFault("read_timeout"))
         return ProviderError(
             f"stream ended early: the connection to {host} was cut after {received} bytes "
-            f"({detail}); try again", kind="server_error")
+            f"({detail}); try again", kind="server_error", fault=ProviderFault("cut"))
     if isinstance(exc, (httpx.ConnectError, httpx.ConnectTimeout)):
         return ProviderError(f"cannot reach {host}: {detail}; check base_url and the network",
-                             kind="server_error")
+                             kind="server_error", fault=connect_fault(exc))
     if isinstance(exc, httpx.ReadTimeout):
         return ProviderError(f"{host} did not answer within the read timeout; try again or "
-                             "raise read_timeout", kind="timeout")
+                             "raise read_timeout", kind="timeout", fault=ProviderFault("read_timeout"))
     if isinstance(exc, httpx.TimeoutException):  # write / pool
         return ProviderError(f"timed out talking to {host} ({type(exc).__name__}); try again",
-                             kind="timeout")
+                             kind="timeout", fault=ProviderFault("timeout"))
     if isinstance(exc, (httpx.UnsupportedProtocol, httpx.InvalidURL)):
         return ProviderError(f"bad provider URL for {host}: {detail}; fix base_url",
-                             kind="invalid_request")
-    return ProviderError(f"connection to {host} failed: {detail}; try again", kind="server_error")
+                             kind="invalid_request", fault=ProviderFault("bad_url"))
+    if isinstance(exc, (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError)):
+        return ProviderError(f"connection to {host} failed: {detail}; try again", kind="server_error",
+                             fault=ProviderFault("cut"))
+    return ProviderError(f"connection to {host} failed: {detail}; try again", kind="server_error",
+                         fault=connect_fault(exc))
+
+
+def _located(err: ProviderError, provider: str, url: str) -> ProviderError:
+    """``err`` with its fault naming the provider and ``host:port`` (one place for both
+    request shells); an error built without a fault is a body the host could not read."""
+    fault = err.fault or ProviderFault("not_json", status=err.status)
+    err.fault = fault.at(host=host_port(url), provider=provider)
+    return err
 
 
 async def _read_bounded(resp: httpx.Response, limit: int) -> bytes:
@@ -747,7 +816,8 @@ def _give_up(err: ProviderError, attempts: int) -> ProviderError:
         return err
     new = ProviderError(f"{err} (gave up after {attempts} attempts)", kind=err.kind,
                         status=err.status, retry_after=err.retry_after,
-                        provider_code=err.provider_code)
+                        provider_code=err.provider_code,
+                        fault=replace(err.fault, attempts=attempts) if err.fault is not None else None)
     return new
 
 
@@ -849,23 +919,35 @@ class ProviderTransport:
     ) -> bytes:
         """POST ``body``; return the JSON body of a 2xx answer, else raise ProviderError
         (``error_hook``: the adapter's reading of an error answer)."""
+        return await self._json("POST", url, body, headers, deadline, timing, error_hook)
+
+    async def get_json(self, url: str, headers: Mapping[str, str] | None = None, *,
+                       deadline: float | None = None) -> bytes:
+        """GET ``url``; return the JSON body of a 2xx answer, else raise ProviderError
+        (the same rules as ``post_json``: retries, deadline, size bound, error mapping)."""
+        return await self._json("GET", url, None, headers, deadline, None, None)
+
+    async def _json(self, method: str, url: str, body: bytes | None, headers: Mapping[str, str] | None,
+                    deadline: float | None, timing: TransportTiming | None, error_hook: ErrorHook | None) -> bytes:
         timing = timing if timing is not None else TransportTiming()
         start = time.monotonic()
         deadline_at = self._deadline_at(deadline)
         try:
             if deadline_at is None:
-                return await self._post_json(url, body, headers, timing, start, None, error_hook)
+                return await self._send_json(method, url, body, headers, timing, start, None, error_hook)
             try:
                 async with asyncio.timeout_at(_loop_time_at(deadline_at)):
-                    return await self._post_json(url, body, headers, timing, start, deadline_at, error_hook)
+                    return await self._send_json(method, url, body, headers, timing, start, deadline_at,
+                                                 error_hook)
             except TimeoutError:
                 raise ProviderError(
                     f"{_host(url)} did not finish within the {deadline_at - start:g}s deadline; "
-                    "try again or raise the deadline", kind="timeout") from None
+                    "try again or raise the deadline", kind="timeout",
+                    fault=ProviderFault("deadline", host=host_port(url), provider=self.name)) from None
         finally:
             timing.total = time.monotonic() - start
 
-    async def _post_json(self, url: str, body: bytes, headers: Mapping[str, str] | None,
+    async def _send_json(self, method: str, url: str, body: bytes | None, headers: Mapping[str, str] | None,
                          timing: TransportTiming, start: float,
                          deadline_at: float | None, error_hook: ErrorHook | None = None) -> bytes:
         attempt = 0
@@ -873,7 +955,7 @@ class ProviderTransport:
             attempt += 1
             timing.attempts = attempt
             try:
-                async with self.client.stream("POST", url, content=body, headers=headers) as resp:
+                async with self.client.stream(method, url, content=body, headers=headers) as resp:
                     timing.status = resp.status_code
                     if not 200 <= resp.status_code < 300:
                         raw = await _read_bounded(resp, self.max_error_body_bytes)
@@ -888,14 +970,14 @@ class ProviderTransport:
                             raise ProviderError(
                                 f"response from {_host(url)} is larger than "
                                 f"{self.max_response_bytes} bytes; refusing it",
-                                kind="server_error", status=resp.status_code)
+                                kind="server_error", status=resp.status_code, fault=ProviderFault("too_large"))
                     data = bytes(buf)
                     _require_json(data, resp, url)
                     return data
             except ProviderError as e:
-                err = e
+                err = _located(e, self.name, url)
             except httpx.HTTPError as e:
-                err = _map_httpx_error(e, url, received=None)
+                err = _located(_map_httpx_error(e, url, received=None), self.name, url)
             await self._wait_or_give_up(attempt, err, timing, deadline_at, url)
 
     # -- stream -----------------------------------------------------------------------
@@ -930,7 +1012,8 @@ def _require_json(data: bytes, resp: httpx.Response, url: str) -> None:
         raise ProviderError(
             f"{_host(url)} answered HTTP {resp.status_code} with a body that is not JSON "
             f"({len(data)} bytes, {_one_line(ctype, 80)}); check that base_url points at the API",
-            kind="server_error", status=resp.status_code) from None
+            kind="server_error", status=resp.status_code,
+            fault=ProviderFault("not_json", status=resp.status_code)) from None
 
 
 def _json_instead_of_stream(status: int, raw: bytes, url: str) -> ProviderError:
@@ -943,7 +1026,8 @@ def _json_instead_of_stream(status: int, raw: bytes, url: str) -> ProviderError:
         f"{_host(url)} answered HTTP {status} with JSON instead of an event stream{said}; "
         "check that the adapter asks for streaming and the model supports it",
         kind="content_filter" if flagged else "server_error", status=status,
-        provider_code=code[:100] if code else None)
+        provider_code=code[:100] if code else None,
+        fault=ProviderFault("not_a_stream", status=status, code=code))
 
 
 _DRAIN_BYTES = 64 * 1024
@@ -997,7 +1081,8 @@ class ProviderStream:
     def _past_deadline(self) -> ProviderError:
         self.timing.total = time.monotonic() - self._start
         return ProviderError(f"stream from {_host(self._url)} did not finish within its deadline; "
-                             "try again or raise the deadline", kind="timeout")
+                             "try again or raise the deadline", kind="timeout",
+                             fault=ProviderFault("deadline", host=host_port(self._url), provider=self._t.name))
 
     async def aclose(self) -> None:
         if self._gen is not None:
@@ -1059,7 +1144,8 @@ class ProviderStream:
                             if n > limit:
                                 raise ProviderError(
                                     f"stream from {_host(url)} is larger than {limit} bytes; "
-                                    "stopping it", kind="server_error", status=resp.status_code)
+                                    "stopping it", kind="server_error", status=resp.status_code,
+                                    fault=ProviderFault("too_large"))
                             for item in feed(chunk):
                                 payload = item.data if is_sse else item
                                 if not payload:
@@ -1084,9 +1170,9 @@ class ProviderStream:
                         self.ended_cleanly = True
                         return
                 except ProviderError as e:
-                    err = e
+                    err = _located(e, t.name, url)
                 except httpx.HTTPError as e:
-                    err = _map_httpx_error(e, url, received=received)
+                    err = _located(_map_httpx_error(e, url, received=received), t.name, url)
                 if received is not None:
                     raise err
                 await t._wait_or_give_up(attempt, err, timing, self._deadline_at, url)

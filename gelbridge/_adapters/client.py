@@ -49,13 +49,14 @@ from gelbridge._adapters.contract import (
 from gelbridge._adapters.host import Adapter
 from gelbridge._adapters.ids import ToolCallIdMap, ToolCallIdRule
 from gelbridge._adapters.sandbox import TextPiece
-from gelbridge._errors import AdapterError, ConfigError, GelbridgeError, ProviderError
+from gelbridge._errors import AdapterError, ConfigError, GelbridgeError, ProviderError, ProviderFault, known_code
 from gelbridge._transport import (
     ProviderTransport,
     TransportPool,
     TransportTiming,
     auth_headers,
     default_auth_style,
+    host_port,
 )
 from gelbridge.lux import (
     ConversionStatus,
@@ -416,7 +417,8 @@ class ModelClient:
         resp = conv.value
         if resp.error is not None:
             err = ProviderError(f"provider reported an error: {resp.error.message[:300]}",
-                                kind=normalize_error_kind(str(resp.error.kind)))
+                                kind=normalize_error_kind(str(resp.error.kind)),
+                                fault=_fault("error_reply", provider, prep, resp.error))
             err.partial = resp
             err.diagnostics = list(conv.diagnostics)
             raise err
@@ -468,9 +470,11 @@ class ModelClient:
                     if acc.error is not None:
                         err = ProviderError(f"the provider reported an error mid-stream: "
                                             f"{acc.error.message[:300]}",
-                                            kind=normalize_error_kind(str(acc.error.kind)))
+                                            kind=normalize_error_kind(str(acc.error.kind)),
+                                            fault=_fault("error_event", provider, prep, acc.error))
                         raise _attach(err, acc, diags + decoder.diagnostics)
         except ProviderError as e:
+            e.fault = (e.fault or ProviderFault("error_event")).at(host=host_port(prep.url), provider=provider)
             if getattr(e, "partial", None) is None:
                 _attach(e, acc, diags + decoder.diagnostics)
             raise
@@ -488,7 +492,7 @@ class ModelClient:
                 err = ProviderError(
                     f"the stream from {provider!r} ended without any event the adapter understood"
                     f"{' after a malformed frame' if skipped_bad else ''}; check the adapter and base_url",
-                    kind="server_error")
+                    kind="server_error", fault=_fault("no_events", provider, prep))
                 raise _attach(err, acc, diags + decoder.diagnostics)
             diags.append(Diagnostic("stream", ConversionStatus.DEGRADED,
                                     "stream ended without [DONE], done or a finish reason; kept as complete"))
@@ -499,6 +503,15 @@ class ModelClient:
         resp = acc.result()
         timing.adapter_ms += (perf() - t0) * 1000
         return resp, diags + decoder.diagnostics + acc.diagnostics
+
+
+def _fault(what: str, provider: str, prep: PreparedRequest, error: LuxError | None = None) -> ProviderFault:
+    """The fault of an error the provider reported inside a 2xx answer (or a stream that
+    said nothing): its code only when a known one, else its Lux kind."""
+    code = None
+    if error is not None:
+        code = known_code(error.provider_code) or known_code(str(error.kind))
+    return ProviderFault(what, host=host_port(prep.url), provider=provider, code=code)
 
 
 def _no_pieces(piece: TextPiece) -> list[StreamEvent]:
@@ -563,7 +576,8 @@ def _skipped_frame(data: str, diags: list[Diagnostic]) -> int:
         if kind not in ("rate_limit", "invalid_request", "authentication", "server_error", "content_filter"):
             kind = "server_error"
         raise ProviderError(f"the provider sent an error event mid-stream"
-                            f"{': ' + msg[:300] if isinstance(msg, str) else ''}", kind=kind)
+                            f"{': ' + msg[:300] if isinstance(msg, str) else ''}", kind=kind,
+                            fault=ProviderFault("error_event", code=kind))
     return 0
 
 

@@ -26,7 +26,7 @@ import json
 import logging
 import tempfile
 from collections.abc import AsyncIterator, Iterator, Mapping
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import SimpleNamespace
@@ -197,8 +197,10 @@ def _quiet() -> Iterator[None]:
 
 
 async def run_offline(records: Path, message: str, keyring: Mapping[str, bytes], settings: Settings, *,
-                      model: Any, stream: bool = True, check_provider: bool = True) -> OfflineTurn:
-    """Answer ``message`` of the record file ``records`` with the worker's own turn."""
+                      model: Any, stream: bool = True, check_provider: bool = True,
+                      quiet: bool = True) -> OfflineTurn:
+    """Answer ``message`` of the record file ``records`` with the worker's own turn
+    (``quiet=False``: with the worker's log lines, as ``gelbridge run`` writes them)."""
     from gelbridge._tools.loader import builtin_tools
     from gelbridge._tools.registry import ToolRegistry
     from gelbridge._worker import Worker
@@ -217,7 +219,7 @@ async def run_offline(records: Path, message: str, keyring: Mapping[str, bytes],
         "observability": settings.observability.model_copy(update={"listen": None, "traces": False}),
         "relay": settings.relay.model_copy(update={"limits": "off"}),
     })
-    with tempfile.TemporaryDirectory(prefix="gelbridge-offline-") as tmp, _quiet():
+    with tempfile.TemporaryDirectory(prefix="gelbridge-offline-") as tmp, (_quiet() if quiet else nullcontext()):
         store = SqliteStore.open_dir(tmp)
         worker = Worker(offline, keyring=dict(keyring), store=store, pds=repo, model=model,  # type: ignore[arg-type]
                         registry=ToolRegistry(builtin_tools(settings.tools)))

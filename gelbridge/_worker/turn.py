@@ -32,6 +32,7 @@ from gelbridge._errors import (
     SealingError,
     StateError,
     ThreadError,
+    failure_of,
     is_refused_write,
     where_it_failed,
 )
@@ -850,7 +851,7 @@ async def run_turn(deps: TurnDeps, job: TurnJob) -> TurnReport:
             error_kind, msg = _error_of(e)
         status = ReplyStatus.ERROR
         error = ReplyError(kind=error_kind, message=msg)
-        log.warning("reply %s failed: %s (%s)", job.ask.reply_rkey, error_kind, type(e).__name__)
+        log.warning("reply %s failed: %s (%s)", job.ask.reply_rkey, error_kind, failure_of(e))
         if not isinstance(e, GelbridgeError):
             log.info("reply %s: %s", job.ask.reply_rkey, where_it_failed(e))
     stop_reads(reads_token)

@@ -22,6 +22,7 @@ class Seen:
     body: bytes
     client_port: int
     at: float
+    method: str = "POST"
 
 
 @dataclass
@@ -58,13 +59,15 @@ class Handler(BaseHTTPRequestHandler):
         script = self.server.script
         with script.lock:
             script.seen.append(Seen(self.path.split("?")[0], dict(self.headers), body,
-                                    self.client_address[1], time.monotonic()))
+                                    self.client_address[1], time.monotonic(), self.command))
             actions = script.routes.get(self.path.split("?")[0])
             if not actions:
                 action: Action = reply_json(404, {"error": "no route"})
             else:
                 action = actions.pop(0) if len(actions) > 1 else actions[0]
         action(self)
+
+    do_GET = do_POST  # the same script answers GETs (model listings)
 
     # helpers for actions
     def write_chunk(self, data: bytes) -> None:
