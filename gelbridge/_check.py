@@ -4,7 +4,8 @@ The file itself is checked when it is read (``config.read_config``: every unknow
 with the closest valid name, every wrong value, all at once). This module checks the
 configuration against the world, as far as it parsed (:func:`check_config` reports
 both in one run): every ``[adapters] dirs`` entry exists and every ``[providers.*]``
-names a loaded adapter and its ``api_key_env`` is set; every default model names a
+names a loaded adapter and its ``api_key_env`` is set, and answers at base_url for
+that key and has the default models (``_adapters/probe.py``: one free request each); every default model names a
 configured provider and every default tool exists; each account's keyring is readable
 and holds a key; every MCP server starts and lists its tools; ``[observability] listen`` can be bound (it is
 released at once); the PDS answers and the
@@ -95,6 +96,7 @@ async def check_settings(settings: Settings, *, environ: Mapping[str, str], logi
     _check_state(settings, rep)
     _check_adapter_dirs(settings, rep)
     _check_providers(settings, environ, rep)
+    await _check_probes(settings, environ, rep)
     per_account = [settings.for_account(a) for a in accounts] if settings.accounts else (
         [settings] if accounts else [])
     for acct in per_account:
@@ -186,6 +188,15 @@ def _check_providers(settings: Settings, environ: Mapping[str, str], rep: CheckR
         if p.api_key_env and not environ.get(p.api_key_env):
             rep.problems.append(f"[providers.{name}] api_key_env: ${p.api_key_env} is not set; export the API key in it")
     rep.lines.append(f"providers  {', '.join(f'{n} ({p.adapter})' for n, p in settings.providers.items()) or 'none'}")
+
+
+async def _check_probes(settings: Settings, environ: Mapping[str, str], rep: CheckReport) -> None:
+    """Each provider answers at base_url, takes the key and has the default models."""
+    from gelbridge._adapters.probe import probe_providers
+
+    for f in await probe_providers(settings, environ):
+        {"ok": rep.lines, "warning": rep.warnings, "error": rep.problems}[f.level].append(
+            f"probe      {f.text}" if f.level == "ok" else f.text)
 
 
 def _check_defaults(acct: Settings, rep: CheckReport, *, label: str) -> None:

@@ -127,6 +127,9 @@ class ProviderConfig(_Section):
     #: conversation. None (auto): on, except that the OpenAI-style adapters send
     #: prompt_cache_key only to api.openai.com (another host may refuse the unknown key)
     prompt_cache: bool | None = None
+    #: gelbridge check (and run, before ready) asks the provider whether base_url, the key
+    #: and the default models are right (_adapters/probe.py); false: it is not contacted
+    probe: bool = True
 
     def caches_prompts(self) -> bool:
         if self.prompt_cache is not None:

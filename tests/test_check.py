@@ -1,4 +1,4 @@
-"""``gelbridge check`` without a PDS: problems it finds in the files alone."""
+"""``gelbridge check`` without a PDS: problems it finds in the files, and in what the providers answer."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ import pytest
 
 from gelbridge._check import check_settings
 from gelbridge._config import Settings
+from gelbridge._errors import ConfigError
 
 
 def test_an_adapter_script_that_does_not_load_is_named_with_its_file(tmp_path: Path) -> None:
@@ -114,3 +115,58 @@ def test_keyring_problems_name_where_the_path_is_set_and_fit_a_key_from_the_chat
     assert empty.startswith(f"[keyring] path: {tmp_path / 'empty.json'} holds no key: save the key your chat app")
     [unset] = problems(account={"identifier": "a.test"})
     assert unset == "[keyring] path: not set: name the keyring file there (or in $GELBRIDGE_KEYRING)"
+
+
+async def test_check_asks_every_provider_and_names_each_mistake_on_its_own_line(tmp_path: Path) -> None:
+    """A wrong key and a base_url nothing answers at are problems (run would refuse to
+    start); a default model a proxy may still take is a warning; probe = false is not
+    contacted. The key is in no line."""
+    from gelbridge._config import load_config
+    from gelbridge._dev.model_server import ModelServer
+    from gelbridge._dev.pds import free_port
+
+    key, closed = "sk-cnryq7x9zkw4", free_port()
+    with ModelServer(api_key=key, models=["echo"]) as srv:
+        url = srv.url
+        cfg = tmp_path / "gelbridge.toml"
+        cfg.write_text(f"""
+[defaults]
+model = {{ provider = "good", id = "echo-1" }}
+
+[providers.good]
+adapter = "openai"
+base_url = "{srv.url}/v1"
+api_key_env = "GOOD_KEY"
+
+[providers.wrongkey]
+adapter = "anthropic"
+base_url = "{srv.url}"
+api_key_env = "WRONG_KEY"
+
+[providers.nowhere]
+adapter = "gemini"
+base_url = "http://127.0.0.1:{closed}/v1beta"
+
+[providers.off]
+adapter = "openai"
+base_url = "http://127.0.0.1:{closed}/v1"
+probe = false
+""")
+        settings = load_config(cfg, env={})
+        rep = await check_settings(settings, environ={"GOOD_KEY": key, "WRONG_KEY": "sk-wrong"}, login=False)
+    mine = [p for p in rep.problems if p.startswith("[providers.")]
+    assert mine == [
+        "[providers.wrongkey] api_key_env: the provider refused the key in $WRONG_KEY (HTTP 401 authentication_error "
+        f"on GET {url}/v1/models); export a valid key",
+        f"[providers.nowhere] base_url: connection refused at 127.0.0.1:{closed} (GET http://127.0.0.1:{closed}"
+        f"/v1beta/models): nothing listens there; start the provider's server, or fix base_url (now "
+        f"http://127.0.0.1:{closed}/v1beta)"]
+    [warning] = rep.warnings
+    assert warning.startswith("[providers.good] [defaults] model 'echo-1' is not among the 1 models")
+    assert f"probe      good (openai): GET {url}/v1/models answered; key accepted" in rep.lines
+    assert "probe      off (openai): not contacted (probe = false)" in rep.lines
+    assert key not in "\n".join(rep.lines + rep.problems + rep.warnings)
+    bad = tmp_path / "typo.toml"
+    bad.write_text(f'[providers.x]\nadapter = "openai"\nbase_url = "{url}"\nprob = false\n')
+    with pytest.raises(ConfigError, match="did you mean .*probe"):
+        load_config(bad, env={})

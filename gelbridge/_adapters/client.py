@@ -258,8 +258,7 @@ class ModelClient:
     def _auth_headers(self, provider: str, cfg: ProviderConfig, adapter: Adapter) -> dict[str, str]:
         got = self._auth.get(provider)
         if got is None:
-            style = adapter.options.auth or default_auth_style(cfg.adapter)
-            got = auth_headers(style, self._api_key(provider, cfg))  # type: ignore[arg-type]
+            got = provider_auth(adapter, cfg, self._api_key(provider, cfg))
             self._auth[provider] = got
         return got
 
@@ -518,6 +517,13 @@ def _no_pieces(piece: TextPiece) -> list[StreamEvent]:
     raise AssertionError("a completion-format stream session returns text only")
 
 
+def provider_auth(adapter: Adapter, cfg: ProviderConfig, key: str | None) -> dict[str, str]:
+    """The header carrying ``key`` in the style the adapter declares (``adapter.auth``),
+    else the one its name implies (``transport.default_auth_style``); empty without a key."""
+    style = adapter.options.auth or default_auth_style(cfg.adapter)
+    return auth_headers(style, key)  # type: ignore[arg-type]  # load_adapter checked it is an AuthStyle
+
+
 def provider_id_rule(provider: str, cfg: ProviderConfig) -> ToolCallIdRule | None:
     """The ``tool_call_id`` rule of ``[providers.<provider>]`` (None: use the adapter's);
     raises ``ConfigError`` naming the section when it is malformed."""
@@ -605,4 +611,4 @@ def _span_response(sp: Any, resp: LuxResponse) -> None:
 
 
 __all__ = ["ModelClient", "ModelResult", "ModelTiming", "PreparedRequest", "THREAD_THRESHOLD_BYTES",
-           "convert_request", "provider_body", "provider_id_rule"]
+           "convert_request", "provider_auth", "provider_body", "provider_id_rule"]

@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 from urllib.parse import quote
 
 from gelbridge._adapters.ids import ToolCallIdRule
@@ -191,6 +191,10 @@ class AdapterOptions:
     provider_state_errors: frozenset[str] = frozenset()
     """Provider error codes meaning "the opaque state (provider_data) you sent back is not
     valid here": the client sends the request once more without any provider_data."""
+    probe: str | Literal[False] | None = None
+    """What ``gelbridge check`` asks the provider (``_adapters/probe.py``): a path GET
+    (relative to base_url) that answers 2xx for a valid key, False for nothing, None:
+    the built-in family's probe for a built-in name, else a plain reach of base_url."""
 
 
 class StreamSession:
@@ -401,13 +405,13 @@ if type(__gelbridge_a) == "table" then
   local a = __gelbridge_a
   local ok, s = pcall(json.encode, json.object({ format = a.format, stream_endpoint = a.stream_endpoint,
     stream_format = a.stream_format, auth = a.auth, tool_call_id = a.tool_call_id,
-    provider_state_errors = a.provider_state_errors, native_tools = a.native_tools }))
+    provider_state_errors = a.provider_state_errors, native_tools = a.native_tools, probe = a.probe }))
   rawset(a, "__gelbridge_meta", function() if ok then return s end return "!" .. tostring(s) end)
 end
 return __gelbridge_a
 """
 _META_KEYS = ("format", "stream_endpoint", "stream_format", "auth", "tool_call_id", "provider_state_errors",
-              "native_tools")
+              "native_tools", "probe")
 
 
 def _read_options(source: bytes, chunkname: str, limits: SandboxLimits, services: AdapterServices,
@@ -447,8 +451,12 @@ def _read_options(source: bytes, chunkname: str, limits: SandboxLimits, services
         native = []
     if not isinstance(native, list) or not all(isinstance(c, str) and c in NATIVE_TOOL_KINDS for c in native):
         raise AdapterLoadError(f"{where}: adapter.native_tools must be a list of {sorted(NATIVE_TOOL_KINDS)}")
+    probe = meta.get("probe")
+    if probe is not None and probe is not False and not (isinstance(probe, str) and probe.startswith("/")):
+        raise AdapterLoadError(f"{where}: adapter.probe must be a path starting with '/' (a GET that needs the "
+                               "key), or false for none")
     return AdapterOptions(format=fmt, stream_endpoint=se, stream_format=sf, auth=auth, tool_call_id=rule,
-                          provider_state_errors=frozenset(codes), native_tools=frozenset(native))
+                          provider_state_errors=frozenset(codes), native_tools=frozenset(native), probe=probe)
 
 
 #: the Lux tool kinds an adapter may declare in ``native_tools``

@@ -163,6 +163,11 @@ async def test_a_canary_in_every_kind_of_content_appears_nowhere_outside_ciphert
         repo = await app.pds.get_repo(app.did)
 
     assert not count_file.exists() or "forged" not in count_file.read_text()
+    # the provider failures are named in the operator's log by their cause (never their body)
+    lines = [r.getMessage() for r in caplog.records]
+    assert (f"reply {k2}.r0 failed: server_error (ProviderError: provider 'local': HTTP 500 from "
+            f"127.0.0.1:{model_server.port} (server_error))") in lines
+    assert any(ln.startswith(f"reply {k3}.r0 failed: ") and "sent an error event mid-stream" in ln for ln in lines)
     # every log line, at every level, of every logger (tracebacks included)
     leaked = [r for r in caplog.records if hits(r.getMessage()) or hits(str(r.exc_text or ""))]
     assert not leaked, [f"{r.name}: {r.getMessage()[:200]}" for r in leaked]

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from gelbridge._dev.model_server import ModelServer
-from gelbridge._dev.pds import AccountInfo, DevPds
+from gelbridge._dev.pds import AccountInfo, DevPds, free_port
 from gelbridge._records import MESSAGE_COLLECTION
 from gelbridge._sealing import Keyring
 
@@ -29,6 +29,7 @@ def gelbridge(*args: str, cwd: Path, env: dict[str, str], timeout: float = 120) 
                           timeout=timeout, cwd=cwd, env=full, stdin=subprocess.DEVNULL)
 
 
+CLOSED = free_port()  # nothing listens there
 MISTAKES = {
     "unknown section": ("\n[wacth]\nsource = \"poll\"\n", "[wacth]: unknown section; did you mean [watch]?"),
     "typo in [tools]": ("\n[tools]\nmax_step = 3\n", "[tools] max_step: unknown key; did you mean [tools] max_steps?"),
@@ -37,6 +38,9 @@ MISTAKES = {
     "api key variable unset": ("\n[providers.other]\nadapter = \"openai\"\nbase_url = \"http://127.0.0.1:9/v1\"\n"
                                "api_key_env = \"GELBRIDGE_TEST_UNSET_KEY\"\n",
                                "[providers.other] api_key_env: $GELBRIDGE_TEST_UNSET_KEY is not set"),
+    "provider that nothing answers for": ("\n[providers.other]\nadapter = \"anthropic\"\n"
+                                          f"base_url = \"http://127.0.0.1:{CLOSED}\"\n",
+                                          f"[providers.other] base_url: connection refused at 127.0.0.1:{CLOSED}"),
     "MCP server that does not start": ("\n[mcp.servers.broken]\ncommand = [\"/nonexistent/server\"]\n"
                                        "startup_timeout = 5\n",
                                        "[mcp.servers.broken]: the server did not start or lists no tools"),
@@ -90,6 +94,12 @@ async def test_a_good_configuration_checks_ok_with_a_summary(
     assert r.stdout.rstrip().endswith("check: ok")
     assert f"logged in as {pds_account.handle}" in r.stdout and "local (openai)" in r.stdout
     assert "1 key(s)" in r.stdout
+    # the provider was asked: it answers at base_url; the echo server lists 'echo', not the
+    # default 'echo-1' it also answers, which an OpenAI-compatible host may do: a warning
+    assert f"probe      local (openai): GET {model_server.url}/v1/models answered; no key configured" in r.stdout
+    assert "warning: [providers.local] [defaults] model 'echo-1' is not among the 1 models" in r.stderr
+
+
 
 
 async def test_a_main_password_checks_ok_with_a_warning_to_make_an_app_password(

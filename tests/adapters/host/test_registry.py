@@ -52,6 +52,8 @@ def test_failures_reported_with_file_and_line_and_others_load(tmp_path: Path) ->
     ("a.headers = {1}\n", "adapter.headers must map strings to strings"),
     ("a.version = {}\n", "adapter.version must be a string"),
     ("a.transform_stream_chunk = 'no'\n", "adapter.transform_stream_chunk must be a function"),
+    ("a.probe = 'v1/models'\n", "adapter.probe must be a path starting with '/'"),
+    ("a.probe = true\n", "adapter.probe must be a path starting with '/'"),
 ])
 def test_bad_contract_types(tmp_path: Path, extra: str, needle: str) -> None:
     text = script("n").replace("return a\n", extra + "return a\n")
