@@ -250,8 +250,9 @@ def judge_first(p: Plan, a: Answer) -> Finding:
                "no key configured" if fam.proves_key else "this endpoint takes no key")
         return Finding("ok", f"{p.provider} ({p.cfg.adapter}): {req} answered; {key}")
     f = a.fault
-    if f is None:  # not a ProviderError: a ConfigError (base_url is not an http(s) URL)
-        return Finding("error", f"{name} base_url: {a.error}")
+    if f is None:  # not a ProviderError: join_url's ConfigError (its text would quote a ?key=)
+        return Finding("error", f"{name} base_url: {shown(p.cfg.base_url)!r} is not an http(s) URL with a host; "
+                                "write it as https://host/path")
     host = f.host or "the provider"
     fix_url = f"fix base_url (now {shown(p.cfg.base_url)})"
     if f.what == "refused":

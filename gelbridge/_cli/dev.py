@@ -121,6 +121,8 @@ def model_command(
     chunk_size: int = typer.Option(16, "--chunk-size", min=1, help="Characters per streamed piece."),
     chunk_delay: float = typer.Option(0.0, "--chunk-delay", min=0.0,
                                       help="Seconds between streamed pieces (to watch a reply stream in)."),
+    models: str = typer.Option(None, "--models", help="Comma-separated model ids to offer (default: any id); "
+                               "listings and lookups name only these, a chat with another gets the provider's 404."),
 ) -> None:
     """Run the local model server on loopback until Ctrl-C / SIGTERM: one model behind
     the real wire formats of OpenAI (Chat Completions and Responses), Anthropic, Gemini
@@ -136,8 +138,9 @@ def model_command(
     from gelbridge._dev.model_server import ModelServer, responder
     from gelbridge._dev.snippets import model_toml, provider_tables
 
+    offered = [m.strip() for m in models.split(",") if m.strip()] if models else None
     server = ModelServer(port=port, api_key=api_key, chunk_size=chunk_size, record_requests=False,
-                         responder=responder(mode, chunk_delay))
+                         responder=responder(mode, chunk_delay), models=offered)
     key_env = MODEL_KEY_ENV if api_key else None
 
     def start() -> None:

@@ -163,6 +163,16 @@ def test_a_lookup_404_is_an_error_and_ollama_says_to_pull() -> None:
     assert slow.level == "warning"
 
 
+def test_a_base_url_that_is_no_url_is_named_without_its_query() -> None:
+    from gelbridge._errors import ConfigError
+
+    p = plan("p", cfg("gemini", "generativelanguage.googleapis.com/v1beta?key=AIza-secret"), declared=None,
+             keyed=True, models=[])
+    assert p is not None
+    f = judge_first(p, Answer(p.cfg.base_url, error=ConfigError("base_url '...?key=AIza-secret' is not a URL")))
+    assert f.level == "error" and "secret" not in f.text and "is not an http(s) URL with a host" in f.text
+
+
 def test_shown_urls_drop_user_info_and_query_where_keys_hide() -> None:
     assert shown("https://u:secret@h.example/v1beta/models?key=AIza-secret&pageSize=1") == "https://h.example/v1beta/models"
 
