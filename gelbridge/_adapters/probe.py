@@ -29,6 +29,7 @@ from __future__ import annotations
 import asyncio
 import difflib
 import json
+import ssl
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
@@ -419,17 +420,17 @@ async def _ask(transport: ProviderTransport, call: Call, headers: Mapping[str, s
 
 
 async def probe_provider(p: Plan, headers: Mapping[str, str], models: Sequence[DefaultModel], *,
-                         timeout: float = PROBE_TIMEOUT) -> list[Finding]:
+                         timeout: float = PROBE_TIMEOUT, tls: ssl.SSLContext | None = None) -> list[Finding]:
     """Ask one provider what ``p`` says (``headers``: the adapter's and the key's); the
     findings, in order. ``timeout``: the bound on connecting and on reading; a request
-    takes at most twice that in all."""
+    takes at most twice that in all. ``tls``: a TLS context shared by the probes."""
     from gelbridge._transport import ProviderTransport, RetryPolicy
 
     cfg = p.cfg
     transport = ProviderTransport(
         p.provider, cfg.base_url, headers=cfg.headers, connect_timeout=min(cfg.connect_timeout, timeout),
         read_timeout=timeout, deadline=2 * timeout, retry=RetryPolicy(max_retries=0),
-        max_response_bytes=PROBE_MAX_BYTES, max_connections=max(4, len(p.then)))
+        max_response_bytes=PROBE_MAX_BYTES, max_connections=max(4, len(p.then)), tls=tls)
     async with transport:
         first = await _ask(transport, p.first, headers)
         verdict = judge_first(p, first)
@@ -453,7 +454,10 @@ async def probe_providers(settings: Settings, environ: Mapping[str, str], *,
             registry = registry_from_settings(settings)
         except GelbridgeError:
             return []  # check's [adapters] line says why
+    import httpx
+
     defaults = default_models(settings)
+    tls = httpx.create_ssl_context() if settings.providers else None  # one for all (each costs ~0.1 s)
     jobs = []
     skipped: list[Finding] = []
     for name, cfg in settings.providers.items():
@@ -474,7 +478,7 @@ async def probe_providers(settings: Settings, environ: Mapping[str, str], *,
             why = "probe = false" if not cfg.probe else "its adapter declares probe = false"
             skipped.append(Finding("ok", f"{name} ({cfg.adapter}): not contacted ({why})"))
             continue
-        jobs.append(probe_provider(p, {**adapter.headers, **auth}, models, timeout=timeout))
+        jobs.append(probe_provider(p, {**adapter.headers, **auth}, models, timeout=timeout, tls=tls))
     found = await asyncio.gather(*jobs)
     return [*skipped, *(f for fs in found for f in fs)]
 
