@@ -49,20 +49,22 @@ class CheckReport:
         self.warnings += other.warnings
 
 
-async def check_config(read: ReadConfig, *, environ: Mapping[str, str], login: bool = True) -> CheckReport:
+async def check_config(read: ReadConfig, *, environ: Mapping[str, str], login: bool = True,
+                       probe: bool = True) -> CheckReport:
     """The file's problems (``read.problems``) and the world's (:func:`check_settings` on
     what parsed) in one report. No file at all and no account from the environment: one
     problem that says so (the world checks would only find the defaults wanting)."""
     if read.path is None and not read.settings.account.identifier:
         return CheckReport(problems=[NO_FILE])
-    rep = await check_settings(read.settings, environ=environ, login=login)
+    rep = await check_settings(read.settings, environ=environ, login=login, probe=probe)
     rep.problems[:0] = read.problems
     if read.path is None:
         rep.lines.insert(0, "config     no file: embedded defaults and the environment")
     return rep
 
 
-async def check_settings(settings: Settings, *, environ: Mapping[str, str], login: bool = True) -> CheckReport:
+async def check_settings(settings: Settings, *, environ: Mapping[str, str], login: bool = True,
+                         probe: bool = True) -> CheckReport:
     """Check ``settings`` against adapters, environment, keyrings, MCP servers and (with
     ``login``) the PDS. Never raises for a problem it can name."""
     rep = CheckReport()
@@ -96,7 +98,8 @@ async def check_settings(settings: Settings, *, environ: Mapping[str, str], logi
     _check_state(settings, rep)
     _check_adapter_dirs(settings, rep)
     _check_providers(settings, environ, rep)
-    await _check_probes(settings, environ, rep)
+    if probe:
+        await _check_probes(settings, environ, rep)
     per_account = [settings.for_account(a) for a in accounts] if settings.accounts else (
         [settings] if accounts else [])
     for acct in per_account:

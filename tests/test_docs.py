@@ -190,7 +190,7 @@ def test_toml_blocks_load_as_configurations(doc: Document, tmp_path: Path) -> No
         if b.marker("check"):
             _keyrings_made(settings)
             env = {**reader_env(workspace), **_secrets_env(settings)}
-            report = asyncio.run(asyncio.wait_for(check_settings(settings, environ=env, login=False), 120))
+            report = asyncio.run(asyncio.wait_for(check_settings(settings, environ=env, login=False, probe=False), 120))
             problems += [f"{b.where(REPO)}: gelbridge check (no login): {p}" for p in report.problems]
     assert loaded > 0 and problems == [], "\n".join(problems)
 

@@ -49,11 +49,11 @@ def test_run_refuses_to_start_on_a_key_the_provider_refuses(tmp_path: Path) -> N
         line = (f"error: [providers.openai] api_key_env: the provider refused the key in $PROBE_TEST_KEY "
                 f"(HTTP 401 invalid_api_key on GET {srv.url}/v1/models); export a valid key")
         assert run.exit_code == 1, run.output
-        assert line in run.stderr and "error: 1 problem(s) in the configuration; nothing was started" in run.stderr
+        assert line in run.stderr and "; nothing was started" in run.stderr
         assert "ready" not in run.stdout and "Traceback" not in run.stderr
         assert not (tmp_path / "state").exists()  # stopped before opening its state
         check = CliRunner().invoke(app, ["check", "--config", str(cfg)], env={"PROBE_TEST_KEY": "sk-wrong"})
         assert check.exit_code == 1 and line in check.stderr
         good = CliRunner().invoke(app, ["check", "--config", str(cfg)], env={"PROBE_TEST_KEY": KEY})
-    assert "[providers." not in good.stderr and "error: 1 problem(s)" in good.stderr  # only the PDS password
+    assert "[providers." not in good.stderr and good.stderr.count("error: ") == 1  # only the PDS password
     assert KEY not in run.output + check.output + good.output
