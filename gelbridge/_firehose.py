@@ -15,16 +15,17 @@ from __future__ import annotations
 import logging
 from collections.abc import AsyncGenerator, Mapping
 from dataclasses import dataclass
-from typing import Any, Final, Literal, overload
+from typing import TYPE_CHECKING, Any, Final, Literal, overload
 from urllib.parse import urlencode, urlsplit, urlunsplit
 
-import websockets
 from atproto_core.car import CAR
 from atproto_core.cid import CID
 from atproto_core.exceptions import AtProtocolError
-from atproto_subscription.frames import ErrorFrame, Frame
 
 from gelbridge._errors import FirehoseError, PdsUnavailable
+
+if TYPE_CHECKING:
+    from atproto_subscription.frames import ErrorFrame, Frame
 
 log = logging.getLogger("gelbridge.firehose")
 
@@ -87,6 +88,19 @@ def _get(obj: Any, key: str) -> Any:
 
 
 _ACTIONS: Final = frozenset({"create", "update", "delete"})
+
+#: the SDK's frame types, imported on first use: ``atproto_subscription`` imports the
+#: SDK's whole XRPC client (about a second), which the offline commands never need
+_frame_types: tuple[type[Frame], type[ErrorFrame]] | None = None
+
+
+def _frames() -> tuple[type[Frame], type[ErrorFrame]]:
+    global _frame_types
+    if _frame_types is None:
+        from atproto_subscription.frames import ErrorFrame, Frame
+
+        _frame_types = (Frame, ErrorFrame)
+    return _frame_types
 
 
 def commit_events(
@@ -152,11 +166,12 @@ def decode_frame_full(
     Raises :class:`FirehoseError` for an error frame (FutureCursor, ConsumerTooSlow ...)
     or bytes that are not a frame.
     """
+    frame_type, error_type = _frame_types or _frames()
     try:
-        parsed = Frame.from_bytes(frame)
+        parsed = frame_type.from_bytes(frame)
     except (AtProtocolError, ValueError, TypeError, RecursionError) as e:  # libipld raises ValueError
         raise FirehoseError(f"undecodable firehose frame: {e}") from None
-    if isinstance(parsed, ErrorFrame):
+    if isinstance(parsed, error_type):
         name, msg = parsed.body.error, parsed.body.message
         raise FirehoseError(
             f"firehose error frame {name}" + (f": {msg}" if msg else ""), error=name
@@ -244,6 +259,9 @@ async def subscribe_repos(
     url = subscribe_url(pds_url, cursor)
     # a set is read live (its owner may add DIDs while subscribed); anything else is copied
     dids = did_filter if isinstance(did_filter, set) else (frozenset(did_filter) if did_filter is not None else None)
+    import websockets
+
+    _frames()  # now, while the source starts, rather than on the first frame
     try:
         ws = await websockets.connect(
             url, open_timeout=open_timeout, max_size=MAX_FRAME_BYTES, ping_interval=20, ping_timeout=20

@@ -29,8 +29,6 @@ from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
 from urllib.parse import urlencode, urlsplit, urlunsplit
 
-import websockets
-
 from gelbridge._backoff import backoff_delay
 from gelbridge._errors import GelbridgeError, RecordError, is_transient
 from gelbridge._firehose import DEFAULT_PREFIX
@@ -248,6 +246,8 @@ class JetstreamSource:
         and reconnects from the cursor, which delivers it again (records handled since
         are dropped as seen). The wait grows while the same record keeps failing.
         """
+        import websockets  # here: 'gelbridge check' and the library's imports need no socket stack
+
         failures = 0  # consecutive connection failures
         stuck = 0  # consecutive handler failures: the record the cursor waits on
         quiet = False  # this connection follows a change of DIDs, not a lost one
