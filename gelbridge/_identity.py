@@ -19,8 +19,6 @@ import logging
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
-import httpx
-
 from gelbridge._config import IdentityConfig, is_loopback_host
 from gelbridge._errors import ConfigError
 
@@ -77,6 +75,8 @@ async def resolve_account(identifier: str, cfg: IdentityConfig) -> Resolved:
 
 async def _handle_to_did(handle: str, cfg: IdentityConfig) -> str:
     if cfg.handle_resolver:
+        import httpx
+
         url = cfg.handle_resolver.rstrip("/") + "/xrpc/com.atproto.identity.resolveHandle"
         try:
             async with httpx.AsyncClient(timeout=cfg.timeout) as http:

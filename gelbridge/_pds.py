@@ -23,10 +23,8 @@ import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Final, TypeVar
+from typing import TYPE_CHECKING, Any, Final, TypeVar
 from urllib.parse import urlsplit
-
-import httpx
 
 from gelbridge import _tracing as tracing
 from gelbridge._backoff import backoff_delay
@@ -41,6 +39,9 @@ from gelbridge._errors import (
 from gelbridge._records import nesting
 from gelbridge._records.codec import bytes_json
 from gelbridge._records.keys import AtUri
+
+if TYPE_CHECKING:
+    import httpx
 
 log = logging.getLogger("gelbridge.pds")
 _T = TypeVar("_T")
@@ -371,10 +372,14 @@ class PdsClient:
         self.relay: RelayBudget | None = None  # set by the worker when relay limits apply to this host
         self._refresh_margin = refresh_margin
         self._owns_http = http is None
-        self._http = http or httpx.AsyncClient(
-            timeout=httpx.Timeout(timeout, connect=min(timeout, 10.0)),
-            headers={"User-Agent": "gelbridge"},
-        )
+        if http is None:
+            import httpx  # on first use: the offline commands import this module, never a client
+
+            http = httpx.AsyncClient(
+                timeout=httpx.Timeout(timeout, connect=min(timeout, 10.0)),
+                headers={"User-Agent": "gelbridge"},
+            )
+        self._http = http
         self._refresh_lock = asyncio.Lock()
         #: called before every POST (each write, login and session refresh): raises to
         #: stop it; the fleet's lease check (a worker that lost its lease writes nothing)
@@ -747,6 +752,8 @@ class PdsClient:
         ``must_land``: as ``write``, and a 429 waits for the budget's reset however long
         (up to ``max_budget_wait`` in all), never counting as a failed attempt.
         """
+        import httpx
+
         budget_waited = 0.0
         n = 0  # failed attempts so far
         while True:

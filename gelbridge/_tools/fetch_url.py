@@ -24,13 +24,14 @@ import socket
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from html.parser import HTMLParser
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urljoin, urlsplit, urlunsplit
-
-import httpx
 
 from gelbridge._tools.config import FetchUrlConfig
 from gelbridge._tools.registry import Tool, ToolOutput
+
+if TYPE_CHECKING:
+    import httpx
 
 log = logging.getLogger("gelbridge.tools.fetch_url")
 
@@ -233,6 +234,8 @@ async def fetch(
 ) -> ToolOutput:
     """Fetch ``url`` under the rules in the module docstring. Refusals and HTTP
     failures come back as error outputs."""
+    import httpx  # here: registering the tool (every turn, offline too) needs no HTTP stack
+
     try:
         return await asyncio.wait_for(_fetch(url, config, resolver, transport), timeout=config.timeout)
     except FetchRefused as e:
@@ -246,6 +249,8 @@ async def fetch(
 async def _fetch(
     url: str, config: FetchUrlConfig, resolver: Resolver, transport: httpx.AsyncBaseTransport | None
 ) -> ToolOutput:
+    import httpx
+
     async with httpx.AsyncClient(
         follow_redirects=False, trust_env=False, timeout=config.timeout, transport=transport
     ) as client:
