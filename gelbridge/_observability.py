@@ -32,9 +32,6 @@ import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import IO, Any
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
-from prometheus_client.exposition import CONTENT_TYPE_LATEST
-
 from gelbridge._config import split_listen
 from gelbridge._errors import ConfigError
 from gelbridge._records.constants import FINAL_STATUSES
@@ -49,6 +46,8 @@ class Metrics:
     """The process's metrics, in a registry of their own (several in one test process)."""
 
     def __init__(self) -> None:
+        from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram  # only with [observability] listen
+
         self.registry = CollectorRegistry()
         r = self.registry
         self.turns = Counter("gelbridge_turns", "Replies finished, by final status.", ["account", "status"], registry=r)
@@ -105,6 +104,8 @@ class Metrics:
         self.tool_runs.labels(account, "error" if is_error else "ok").inc()
 
     def exposition(self) -> bytes:
+        from prometheus_client import generate_latest
+
         return generate_latest(self.registry)
 
 
@@ -166,6 +167,8 @@ async def serve_http(listen: str, metrics: Metrics, readiness: Readiness,
                      before_scrape: Callable[[], None] | None = None) -> asyncio.Server:
     """Start the health/metrics server on ``listen`` (``host:port``; port 0 picks one);
     bound when this returns (:class:`ConfigError` when it cannot be)."""
+    from prometheus_client.exposition import CONTENT_TYPE_LATEST
+
 
     async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
