@@ -94,7 +94,7 @@ class ChatClient:
         """Log in to the account of ``settings`` (the first ``[[accounts]]`` entry, or
         ``[account]``) with its app password and keyring."""
         from gelbridge._identity import check_session_did, pds_url_of
-        from gelbridge._worker.service import load_keyring
+        from gelbridge._sealing import load_keyring
 
         acct = settings.for_account(settings.accounts_list()[0]) if settings.accounts else settings
         a = acct.account

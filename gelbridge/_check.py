@@ -212,8 +212,8 @@ def _check_defaults(acct: Settings, rep: CheckReport, *, label: str) -> None:
 
 
 def _check_keyring(acct: Settings, environ: Mapping[str, str], rep: CheckReport, *, label: str) -> None:
-    from gelbridge._sealing import KEYRING_ENV, key_advice
-    from gelbridge._worker.service import load_keyring
+    from gelbridge._errors import KEYRING_ENV
+    from gelbridge._sealing import key_advice, load_keyring
 
     where = "[keyring] path" if label == "[account]" else f"{label} keyring"
     if acct.keyring.path is None and not environ.get(KEYRING_ENV):

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, Final
 
 
 class GelbridgeError(Exception):
@@ -72,6 +72,11 @@ class KeyringError(GelbridgeError):
     """The keyring file or environment variable is missing or malformed."""
 
     kind = "invalid_request"
+
+
+#: the environment variable that names the keyring file (here, next to its error, so the
+#: CLI's ``--keyring`` options are declared without importing the crypto and record models)
+KEYRING_ENV: Final = "GELBRIDGE_KEYRING"
 
 
 # --- threads ------------------------------------------------------------------------

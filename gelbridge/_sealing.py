@@ -21,7 +21,7 @@ import tempfile
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 import orjson
 from nacl.bindings import (
@@ -33,6 +33,7 @@ from pydantic import ValidationError
 from pydantic_core import PydanticSerializationError
 
 from gelbridge._errors import (
+    KEYRING_ENV,
     DecryptError,
     GelbridgeError,
     KeyringError,
@@ -63,11 +64,13 @@ from gelbridge._records.models import (
 )
 from gelbridge._records.nesting import MAX_DEPTH, check_value, may_exceed
 
+if TYPE_CHECKING:
+    from gelbridge._config import Settings
+
 SCHEME: Final = "xchacha20poly1305-v1"
 KEY_BYTES: Final = 32
 NONCE_BYTES: Final = 24
 TAG_BYTES: Final = 16
-KEYRING_ENV: Final = "GELBRIDGE_KEYRING"
 
 
 def key_advice(path: str | os.PathLike[str]) -> str:
@@ -214,6 +217,13 @@ class Keyring(Mapping[str, bytes]):
             except FileNotFoundError:
                 pass
             raise
+
+
+def load_keyring(settings: Settings, environ: Mapping[str, str] | None = None) -> Keyring:
+    """``[keyring] path`` (or ``$GELBRIDGE_KEYRING``)."""
+    if settings.keyring.path is not None:
+        return Keyring.load(settings.keyring.path)
+    return Keyring.from_env(environ)
 
 
 # --- values -------------------------------------------------------------------------------------

@@ -8,7 +8,8 @@ from typing import Annotated
 import typer
 
 from gelbridge._cli import app
-from gelbridge._sealing import KEYRING_ENV, Keyring
+from gelbridge._errors import KEYRING_ENV
+from gelbridge._sealing import Keyring
 
 keys_app = typer.Typer(help="Manage the keyring (named 32-byte keys that seal records).", no_args_is_help=True)
 app.add_typer(keys_app, name="keys")

@@ -17,10 +17,10 @@ import typer
 
 from gelbridge._cli import app
 from gelbridge._config import Settings, load_config
-from gelbridge._errors import ConfigError, GelbridgeError, KeyringError, RecordError
+from gelbridge._errors import KEYRING_ENV, ConfigError, GelbridgeError, KeyringError, RecordError
 from gelbridge._records.io import load_records
 from gelbridge._records.models import MessageRecord
-from gelbridge._sealing import KEYRING_ENV, CopySources, Keyring, OpenedRecord, open_record
+from gelbridge._sealing import CopySources, Keyring, OpenedRecord, open_record
 from gelbridge.lux import Diagnostic, LuxRequest
 
 RecordsArgument = Annotated[

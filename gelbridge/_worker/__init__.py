@@ -21,7 +21,7 @@ See docs/worker.md.
 """
 
 from gelbridge._worker.decide import Ask, ask_of, decide_existing_reply
-from gelbridge._worker.service import BackfillReport, Worker, load_keyring
+from gelbridge._worker.service import BackfillReport, Worker
 from gelbridge._worker.status import status_report
 
-__all__ = ["Ask", "BackfillReport", "Worker", "ask_of", "decide_existing_reply", "load_keyring", "status_report"]
+__all__ = ["Ask", "BackfillReport", "Worker", "ask_of", "decide_existing_reply", "status_report"]

@@ -45,7 +45,7 @@ from gelbridge._records.constants import (
     ReplyStatus,
 )
 from gelbridge._records.models import ReplyError
-from gelbridge._sealing import Keyring
+from gelbridge._sealing import load_keyring
 from gelbridge._seams import Printer
 from gelbridge._state import Claim, Fence, StateStore, claim_status, open_state
 from gelbridge._worker.decide import (
@@ -81,13 +81,6 @@ def session_key(settings: Settings) -> str:
     """The state-store key of the PDS session: PDS URL + login identifier."""
     a = settings.account
     return f"{(a.pds or '').rstrip('/')}|{a.identifier or ''}"
-
-
-def load_keyring(settings: Settings, environ: Mapping[str, str] | None = None) -> Keyring:
-    """``[keyring] path`` (or ``$GELBRIDGE_KEYRING``)."""
-    if settings.keyring.path is not None:
-        return Keyring.load(settings.keyring.path)
-    return Keyring.from_env(environ)
 
 
 @dataclass
