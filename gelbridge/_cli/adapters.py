@@ -6,8 +6,6 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.console import Console
-from rich.table import Table
 
 from gelbridge._cli import app
 
@@ -20,6 +18,9 @@ def list_adapters(
     config: Annotated[Path | None, typer.Option("--config", help="gelbridge TOML config file")] = None,
 ) -> None:
     """List built-in and custom adapters with version, source file and load status."""
+    from rich.console import Console
+    from rich.table import Table
+
     from gelbridge._adapters.registry import registry_from_settings
     from gelbridge._config import load_config
 

@@ -9,7 +9,6 @@ import typer
 
 from gelbridge._cli import app
 from gelbridge._errors import KEYRING_ENV
-from gelbridge._sealing import Keyring
 
 keys_app = typer.Typer(help="Manage the keyring (named 32-byte keys that seal records).", no_args_is_help=True)
 app.add_typer(keys_app, name="keys")
@@ -34,6 +33,8 @@ def keys_new(
     ] = None,
 ) -> None:
     """Add a fresh random key (creating the file if needed) and print only its id."""
+    from gelbridge._sealing import Keyring
+
     ring = Keyring.load(keyring) if keyring.expanduser().exists() else Keyring()
     new_id = ring.add_new(key_id)
     ring.save(keyring)
@@ -43,5 +44,7 @@ def keys_new(
 @keys_app.command("list")
 def keys_list(keyring: KeyringOption) -> None:
     """Print the key ids in the keyring, one per line (never the keys)."""
+    from gelbridge._sealing import Keyring
+
     for key_id in sorted(Keyring.load(keyring)):
         typer.echo(key_id)

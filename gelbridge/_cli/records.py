@@ -11,17 +11,17 @@ import json
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
 from gelbridge._cli import app
-from gelbridge._config import Settings, load_config
 from gelbridge._errors import KEYRING_ENV, ConfigError, GelbridgeError, KeyringError, RecordError
-from gelbridge._records.io import load_records
-from gelbridge._records.models import MessageRecord
-from gelbridge._sealing import CopySources, Keyring, OpenedRecord, open_record
-from gelbridge.lux import Diagnostic, LuxRequest
+
+if TYPE_CHECKING:  # imported where used: '--help' and the other commands need none of them
+    from gelbridge._config import Settings
+    from gelbridge._sealing import Keyring, OpenedRecord
+    from gelbridge.lux import Diagnostic, LuxRequest
 
 RecordsArgument = Annotated[
     Path,
@@ -48,6 +48,8 @@ def load_keyring(path: Path | None) -> Keyring:
     """The keyring at ``path``, or a clear error naming both ways to give one."""
     if path is None:
         raise KeyringError(f"no keyring: pass --keyring FILE or set {KEYRING_ENV}")
+    from gelbridge._sealing import Keyring
+
     return Keyring.load(path)
 
 
@@ -57,6 +59,9 @@ def open_file(records: Path, keyring: Keyring | None) -> list[OpenedRecord]:
     A sealed value copied from another record of the same file is reported as such.
     Records of other collections are passed through unchanged.
     """
+    from gelbridge._records.io import load_records
+    from gelbridge._sealing import CopySources, OpenedRecord, open_record
+
     entries = load_records(records)
     uris = CopySources((e.uri, e.value) for e in entries)
     out: list[OpenedRecord] = []
@@ -146,6 +151,9 @@ def convert_file(records: Path, keyring: Keyring, message: str, settings: Settin
 
 def _why_no_request(records: Path, message: str, turn: Any) -> GelbridgeError:
     """The turn ended before any model call: say why, as the reply would."""
+    from gelbridge._records.io import load_records
+    from gelbridge._records.models import MessageRecord
+
     if turn.decision == "bad-record":
         value = next(e.value for e in load_records(records) if e.uri.rkey == message)
         try:
@@ -185,6 +193,8 @@ def convert_command(
     Approved calls are not run offline; they are answered as not run.
     With --to ADAPTER, prints instead the provider body that adapter's script builds.
     """
+    from gelbridge._config import load_config
+
     settings = load_config(config)
     ring = load_keyring(keyring)
     result = convert_file(records, ring, message, settings)

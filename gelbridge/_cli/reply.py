@@ -13,7 +13,6 @@ result "not run" and the loop goes on, as after a failed tool.
 
 from __future__ import annotations
 
-import asyncio
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
@@ -21,7 +20,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from gelbridge._cli import app
-from gelbridge._cli.records import ShowContentOption
+from gelbridge._cli.records import KeyringOption, RecordsArgument, ShowContentOption
 from gelbridge._errors import AdapterError, AdapterLoadError, GelbridgeError
 
 if TYPE_CHECKING:
@@ -62,11 +61,9 @@ def print_provider_body(adapter_name: str, result: ConvertResult, settings: Sett
 
 @app.command("reply")
 def reply_command(
-    records: Annotated[Path, typer.Argument(help="Records: listRecords JSON, a JSON array of {uri, cid, value}, "
-                                                 "or a getRepo CAR file.", show_default=False)],
+    records: RecordsArgument,
     message: Annotated[str, typer.Option("--message", help="Record key of the user message to answer.")],
-    keyring: Annotated[Path | None, typer.Option("--keyring", envvar="GELBRIDGE_KEYRING",
-                                                 help="Keyring file (JSON).")] = None,
+    keyring: KeyringOption = None,
     config: Annotated[Path | None, typer.Option("--config", help="Config file (TOML) with [providers].")] = None,
     stream: Annotated[bool, typer.Option("--stream/--no-stream", help="Stream the model's answer.")] = True,
     show_content: ShowContentOption = False,
@@ -79,6 +76,8 @@ def reply_command(
     written to any PDS). A summary (model, tokens, timings, diagnostics; never content
     unless --show-content) goes to stderr. Tools are not run offline.
     """
+    import asyncio
+
     from gelbridge._cli.records import load_keyring, print_json
     from gelbridge._config import load_config
 

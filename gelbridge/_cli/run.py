@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
 import signal
@@ -81,6 +80,8 @@ def _logging_for(settings: object, level: LogLevel | str | None, fmt: LogFormat 
 async def _run_until_signal(bridge: Any, out: Printer, notices: Printer) -> None:
     """Run the Bridge (one account or many) until SIGINT/SIGTERM; a second signal stops
     waiting for the grace period."""
+    import asyncio
+
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     got: list[int] = []
@@ -107,6 +108,7 @@ def _checked(config: Path | None, level: LogLevel | str | None, fmt: LogFormat |
     """Read the configuration and run ``gelbridge check``'s checks on it: the file's
     problems and the world's, in one run. Prints each warning and problem (one line each)
     and exits 1 if there are problems. Returns the settings and the summary lines."""
+    import asyncio
     import os
 
     from gelbridge._check import check_config
@@ -168,6 +170,8 @@ def run_command(
     each account is served by one live worker at a time (a lease of [fleet]
     lease_seconds); a worker that stops hands its accounts and unfinished replies over.
     """
+    import asyncio
+
     from gelbridge._bridge import Bridge
 
     settings, _, fmt = _checked(config, log_level, log_format, command="run")
@@ -199,6 +203,8 @@ def status_command(
     as_json: bool = typer.Option(False, "--json", help="Print JSON instead of text."),
 ) -> None:
     """Show the worker's cursor, replies in flight, recent errors and turn timings."""
+    import asyncio
+
     from gelbridge._config import load_config
     from gelbridge._errors import StateError
     from gelbridge._state import DB_FILENAME, open_state

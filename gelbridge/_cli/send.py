@@ -10,7 +10,6 @@ calls shown with approve/deny questions, ``/regen``, ``/new``.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import sys
@@ -45,6 +44,8 @@ def send_command(
     'gelbridge run' (or any gelbridge serving the account) answers it. Prints the
     conversation and message keys on stderr, so '--conversation' can continue it.
     """
+    import asyncio
+
     from gelbridge._config import load_config
 
     settings = load_config(config)
@@ -113,6 +114,8 @@ def chat_command(
     approval message. /regen asks again for the last answer (a new attempt), /new
     starts a new conversation, /quit or Ctrl-D leaves.
     """
+    import asyncio
+
     from gelbridge._config import load_config
 
     settings = load_config(config)
@@ -126,6 +129,8 @@ def chat_command(
 async def _stdin_line(prompt: str) -> str | None:
     """One line from stdin (None at its end), read in a daemon thread: Ctrl-C cancels the
     wait at once (a ``to_thread`` read would hold the shutdown until Enter)."""
+    import asyncio
+
     sys.stdout.write(prompt)
     sys.stdout.flush()
     loop = asyncio.get_running_loop()
