@@ -142,6 +142,7 @@ dir = "{tmp_path / 'state'}"
 adapter = "openai"
 base_url = "http://127.0.0.1:9/v1"
 api_key_env = "STARTUP_TEST_KEY"
+probe = false                          # nothing answers there: this test is about imports
 """)
     modules = run_command(["check", "--config", str(cfg)], tmp_path,
                           {"STARTUP_TEST_PASSWORD": pds_account.app_password, "STARTUP_TEST_KEY": "sk-unused"})
