@@ -3,16 +3,17 @@
 The file itself is checked when it is read (``config.read_config``: every unknown key
 with the closest valid name, every wrong value, all at once). This module checks the
 configuration against the world, as far as it parsed (:func:`check_config` reports
-both in one run): every ``[adapters] dirs`` entry exists and every ``[providers.*]``
-names a loaded adapter and its ``api_key_env`` is set, and answers at base_url for
-that key and has the default models (``_adapters/probe.py``: one free request each); every default model names a
-configured provider and every default tool exists; each account's keyring is readable
-and holds a key; every MCP server starts and lists its tools; ``[observability] listen`` can be bound (it is
-released at once); the PDS answers and the
-credentials log in (a fresh createSession, whatever session the state holds; the
-session is deleted again, and a main password instead of an app password is a warning).
-``gelbridge run`` runs the same checks before it opens its state, and exits non-zero on
-any problem, before anything is written to a PDS.
+both in one run): every ``[adapters] dirs`` entry exists; every ``[providers.*]`` names
+a loaded adapter, its ``api_key_env`` is set, and it answers at base_url for that key
+and has the default models (``_adapters/probe.py``: one free request each); every
+default model names a configured provider and every default tool exists; each
+account's keyring is readable and holds a key; every MCP server starts and lists its
+tools; ``[observability] listen`` can be bound (it is released at once); ``[state]``
+can be used; the PDS answers and the credentials log in (a fresh createSession,
+whatever session the state holds; the session is deleted again, and a main password
+instead of an app password is a warning). ``gelbridge run`` runs the same checks before
+it opens its state, and exits non-zero on any problem, before anything is written to a
+PDS.
 """
 
 from __future__ import annotations
