@@ -86,10 +86,13 @@ def port_or_free(port: int | None, error: type[GelbridgeError]) -> int:
     return port
 
 
-def install(*, progress: IO[str] | None = None, timeout: float = 1200.0) -> Path:
+def install(*, progress: IO[str] | None = None, timeout: float | None = None) -> Path:
     """Run ``scripts/pds/install.sh`` (instant when already installed); the install dir.
 
-    The script's progress goes to ``progress`` (stderr by default).
+    The script's progress goes to ``progress`` (stderr by default). The script bounds
+    itself (``GELBRIDGE_PDS_INSTALL_TIMEOUT``, and its wait for another install's lock);
+    ``timeout`` adds a bound of the caller's own. Stopping it is SIGTERM first, so the
+    script stops npm and node-gyp and deletes its temp dir, then SIGKILL.
     """
     script = SCRIPTS_DIR / "install.sh"
     if not script.is_file():
@@ -100,29 +103,39 @@ def install(*, progress: IO[str] | None = None, timeout: float = 1200.0) -> Path
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
-        start_new_session=True,  # so a timeout can stop npm and node-gyp too
+        start_new_session=True,
     )
+    last: list[str] = [""]
 
     def relay() -> None:  # live progress: a first install takes minutes
         assert proc.stderr is not None
         for line in proc.stderr:
             out.write(line)
             out.flush()
+            if line.strip():
+                last[0] = line.strip()
 
     relay_thread = threading.Thread(target=relay, daemon=True)
     relay_thread.start()
     try:
         proc.wait(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        DevPds._signal(proc, signal.SIGKILL)
-        proc.wait(timeout=10)
-        raise DevPdsError(f"installing the dev PDS took over {timeout:.0f} s; run: bash {script}") from None
+    except BaseException as exc:  # the timeout, or Ctrl-C in the caller
+        DevPds._signal(proc, signal.SIGTERM)
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            DevPds._signal(proc, signal.SIGKILL)
+            proc.wait(timeout=10)
+        if isinstance(exc, subprocess.TimeoutExpired):
+            raise DevPdsError(f"installing the dev PDS took over {timeout:.0f} s; run: bash {script}") from None
+        raise
     relay_thread.join(timeout=5)
     assert proc.stdout is not None
     lines = proc.stdout.read().strip().splitlines()
     proc.stdout.close()
     if proc.returncode != 0 or not lines:
-        raise DevPdsError(f"installing the dev PDS failed (exit {proc.returncode}); run: bash {script}")
+        said = f": {last[0]}" if last[0].startswith("pds install:") else f"; run: bash {script}"
+        raise DevPdsError(f"installing the dev PDS failed (exit {proc.returncode}){said}")
     return Path(lines[-1])
 
 
