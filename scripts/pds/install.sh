@@ -90,12 +90,12 @@ run_pids() {  # PREFIX: processes of an install run whose temp dir starts with P
 }
 
 stop_run() {  # PREFIX: SIGTERM, then SIGKILL after 5 s, every process of those runs
-  local pids i
+  local pids _
   pids="$(run_pids "$1")"
   [ -n "$pids" ] || return 0
   # shellcheck disable=SC2086  # one pid per word
   kill -TERM $pids 2>/dev/null || true
-  for i in $(seq 50); do
+  for _ in $(seq 50); do
     pids="$(run_pids "$1")"
     [ -n "$pids" ] || return 0
     sleep 0.1
@@ -107,7 +107,7 @@ stop_run() {  # PREFIX: SIGTERM, then SIGKILL after 5 s, every process of those 
 # Under the lock no other install of $dir is alive: every $dir.tmp.* is a dead run's.
 leftovers="$(run_pids "$dir.tmp.")"
 if [ -n "$leftovers" ]; then
-  say "stopping what an earlier, killed install left running (pids $(echo $leftovers))"
+  say "stopping what an earlier, killed install left running (pids ${leftovers//$'\n'/ })"
   stop_run "$dir.tmp."
 fi
 for stale in "$dir".tmp.*; do
@@ -131,8 +131,8 @@ reported=""
 stop_npm() {  # the whole session: npm, node-gyp, make, the compiler
   if [ -n "$npm_pid" ]; then
     kill -TERM -- "-$npm_pid" 2>/dev/null || true
-    local i
-    for i in $(seq 50); do
+    local _
+    for _ in $(seq 50); do
       kill -0 -- "-$npm_pid" 2>/dev/null || break
       sleep 0.1
     done
