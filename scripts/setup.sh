@@ -1,25 +1,67 @@
 #!/usr/bin/env bash
-# Install gelbridge and everything its tests need on a fresh machine:
-#   - a virtualenv in .venv with gelbridge (editable) and the test dependencies;
-#   - the reference PDS + local PLC (npm), cached outside the clone and reused;
-#   - the machine's PostgreSQL (apt-installed when missing) with a cached initdb template,
-#     for the tests of the shared state backend (scripts/postgres/install.sh).
-# Idempotent: a second run only checks that everything is there.
+# Install gelbridge on a fresh machine, for the tests (the default) or for the demo:
+#
+#   bash scripts/setup.sh          # what scripts/test.sh needs:
+#                                  #   .venv with gelbridge (editable) and the [test] extra (pytest, the
+#                                  #   provider SDKs, OpenTelemetry, ruff, mypy, psycopg), the reference
+#                                  #   PDS (npm, cached outside the clone), and the machine's PostgreSQL
+#                                  #   (apt-installed when missing) with a cached initdb template
+#   bash scripts/setup.sh --demo   # what scripts/demo.sh needs: .venv with gelbridge (editable, its
+#                                  #   own dependencies only) and the reference PDS
+#
+# Idempotent: a second run only checks that everything is there (a stamp per set of Python
+# dependencies, newer than pyproject.toml; the [test] set includes the demo's). Progress and
+# errors go to stderr; an error is one line: the step that failed, its log, what to run.
+# PYTHON (python3) makes the virtualenv, GELBRIDGE_VENV (.venv) names it (test_pythons.sh);
+# GELBRIDGE_SKIP_PDS_INSTALL=1 / GELBRIDGE_SKIP_POSTGRES_INSTALL=1 skip those two steps.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+what="test"
+case "${1:-}" in
+  "") ;;
+  --demo) what=demo ;;
+  *) echo "setup: unknown option '$1' (use no option for the tests, --demo for the demo)" >&2; exit 2 ;;
+esac
+rerun="bash scripts/setup.sh${1:+ $1}"
+die() { echo "setup: $*" >&2; exit 1; }
+
 PYTHON=${PYTHON:-python3}
-if [ ! -x .venv/bin/python ]; then
-  echo "setup: creating .venv" >&2
-  "$PYTHON" -m venv .venv
+venv=${GELBRIDGE_VENV:-.venv}
+command -v "$PYTHON" >/dev/null || die "$PYTHON not found: install Python >= 3.11, or set PYTHON"
+"$PYTHON" -c 'import sys; sys.exit(sys.version_info < (3, 11))' \
+  || die "$("$PYTHON" --version 2>&1) is too old (gelbridge needs >= 3.11): set PYTHON=python3.11 (or newer)"
+if [ ! -x "$venv/bin/python" ]; then
+  echo "setup: creating $venv" >&2
+  "$PYTHON" -m venv "$venv" \
+    || die "creating $venv with $PYTHON failed (on Debian/Ubuntu: apt-get install python3-venv); re-run: $rerun"
 fi
-stamp=.venv/.gelbridge-installed
-if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
-  echo "setup: installing Python dependencies" >&2
-  .venv/bin/python -m pip install -q --disable-pip-version-check -U pip >/dev/null 2>&1 || true
-  .venv/bin/python -m pip install -q --disable-pip-version-check -e ".[test]" 2>&1 | grep -v '^WARNING: Location' >&2 || true
-  .venv/bin/python -c "import gelbridge, lupa, nacl, atproto, httpx, pydantic, typer, psycopg" \
-    || { echo "setup: Python dependencies failed to install" >&2; exit 1; }
+
+fresh() { [ -f "$1" ] && ! [ pyproject.toml -nt "$1" ]; }
+test_stamp=$venv/.gelbridge-installed-test
+demo_stamp=$venv/.gelbridge-installed-demo
+if [ "$what" = test ]; then
+  stamp=$test_stamp spec=".[test]" imports="gelbridge, lupa, nacl, atproto, pytest, psycopg, openai"
+  says="gelbridge (editable) and the test dependencies"
+else
+  stamp=$demo_stamp spec="." imports="gelbridge, lupa, nacl, atproto, httpx, typer"
+  says="gelbridge (editable) and its dependencies"
+fi
+if ! fresh "$stamp" && ! { [ "$what" = demo ] && fresh "$test_stamp"; }; then
+  log=$venv/pip-install.log
+  echo "setup: installing $says into $venv (pip; about a minute; log: $log)" >&2
+  : >"$log"
+  # a newer pip resolves faster; an old one still installs, so its failure is only logged
+  "$venv/bin/python" -m pip install --disable-pip-version-check -U pip >>"$log" 2>&1 \
+    || echo "setup: upgrading pip failed (going on with $("$venv/bin/python" -m pip --version | cut -d' ' -f1-2))" >&2
+  rc=0
+  "$venv/bin/python" -m pip install --disable-pip-version-check --progress-bar off -e "$spec" >>"$log" 2>&1 || rc=$?
+  if [ "$rc" -ne 0 ]; then
+    first="$(grep -m1 '^ERROR: ' "$log" | cut -c1-200)" || true
+    die "pip install -e '$spec' failed (exit $rc${first:+: $first}); log: $log; re-run: $rerun"
+  fi
+  "$venv/bin/python" -c "import $imports" 2>>"$log" \
+    || die "pip installed, but 'import $imports' fails; log: $log; re-run: $rerun"
   touch "$stamp"
 fi
 
@@ -27,6 +69,6 @@ if [ "${GELBRIDGE_SKIP_PDS_INSTALL:-}" != "1" ]; then
   bash scripts/pds/install.sh
 fi
 
-if [ "${GELBRIDGE_SKIP_POSTGRES_INSTALL:-}" != "1" ]; then
+if [ "$what" = test ] && [ "${GELBRIDGE_SKIP_POSTGRES_INSTALL:-}" != "1" ]; then
   bash scripts/postgres/install.sh >/dev/null
 fi

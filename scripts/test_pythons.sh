@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The tests that need no PDS on the other Python versions gelbridge supports (3.12, 3.13),
-# each in its own virtualenv (.venv-3.12, .venv-3.13), installed like .venv. A version
-# that is not on this machine (pyenv or PATH) is skipped, and that is said.
+# each in its own virtualenv (.venv-3.12, .venv-3.13), installed like .venv (by
+# scripts/setup.sh). A version that is not on this machine (pyenv or PATH) is skipped, and
+# that is said.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -20,17 +21,9 @@ for v in ${GELBRIDGE_OTHER_PYTHONS:-3.12 3.13}; do
     continue
   fi
   venv=".venv-$v"
-  stamp="$venv/.gelbridge-installed"
-  if [ ! -x "$venv/bin/python" ]; then
-    echo "test_pythons: creating $venv ($("$py" --version))" >&2
-    "$py" -m venv "$venv"
-  fi
-  if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
-    echo "test_pythons: installing into $venv" >&2
-    "$venv/bin/python" -m pip install -q --disable-pip-version-check -e ".[test]" 2>&1 \
-      | grep -v '^WARNING: Location' >&2 || true
-    "$venv/bin/python" -c "import gelbridge, lupa, nacl, atproto" || { echo "test_pythons: install failed on $v" >&2; rc=1; continue; }
-    touch "$stamp"
+  if ! PYTHON="$py" GELBRIDGE_VENV="$venv" GELBRIDGE_SKIP_PDS_INSTALL=1 GELBRIDGE_SKIP_POSTGRES_INSTALL=1 \
+      bash scripts/setup.sh; then
+    echo "test_pythons: installing into $venv failed (Python $v)" >&2; rc=1; continue
   fi
   echo "test_pythons: Python $v: the tests that need no PDS" >&2
   set +e
