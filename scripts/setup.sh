@@ -13,6 +13,7 @@
 # dependencies, newer than pyproject.toml; the [test] set includes the demo's). Progress and
 # errors go to stderr; an error is one line: the step that failed, its log, what to run.
 # PYTHON (python3) makes the virtualenv, GELBRIDGE_VENV (.venv) names it (test_pythons.sh);
+# GELBRIDGE_SETUP_TICK (15) is the seconds between progress lines while pip runs;
 # GELBRIDGE_SKIP_PDS_INSTALL=1 / GELBRIDGE_SKIP_POSTGRES_INSTALL=1 skip those two steps.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -28,6 +29,7 @@ die() { echo "setup: $*" >&2; exit 1; }
 
 PYTHON=${PYTHON:-python3}
 venv=${GELBRIDGE_VENV:-.venv}
+tick=${GELBRIDGE_SETUP_TICK:-15}
 command -v "$PYTHON" >/dev/null || die "$PYTHON not found: install Python >= 3.11, or set PYTHON"
 "$PYTHON" -c 'import sys; sys.exit(sys.version_info < (3, 11))' \
   || die "$("$PYTHON" --version 2>&1) is too old (gelbridge needs >= 3.11): set PYTHON=python3.11 (or newer)"
@@ -54,8 +56,21 @@ if ! fresh "$stamp" && ! { [ "$what" = demo ] && fresh "$test_stamp"; }; then
   # a newer pip resolves faster; an old one still installs, so its failure is only logged
   "$venv/bin/python" -m pip install --disable-pip-version-check -U pip >>"$log" 2>&1 \
     || echo "setup: upgrading pip failed (going on with $("$venv/bin/python" -m pip --version | cut -d' ' -f1-2))" >&2
+  "$venv/bin/python" -m pip install --disable-pip-version-check --progress-bar off -e "$spec" >>"$log" 2>&1 &
+  pip_pid=$!
+  trap 'kill "$pip_pid" 2>/dev/null || true' EXIT
+  start=$SECONDS next=$tick
+  while kill -0 "$pip_pid" 2>/dev/null; do  # pip is silent for minutes on a busy machine
+    sleep 0.2
+    if [ $((SECONDS - start)) -ge "$next" ] && kill -0 "$pip_pid" 2>/dev/null; then
+      n="$(grep -c '^Collecting ' "$log")" || n=0
+      echo "setup: still installing ($((SECONDS - start)) s, $n packages collected)" >&2
+      next=$((SECONDS - start + tick))
+    fi
+  done
   rc=0
-  "$venv/bin/python" -m pip install --disable-pip-version-check --progress-bar off -e "$spec" >>"$log" 2>&1 || rc=$?
+  wait "$pip_pid" || rc=$?
+  trap - EXIT
   if [ "$rc" -ne 0 ]; then
     first="$(grep -m1 '^ERROR: ' "$log" | cut -c1-200)" || true
     die "pip install -e '$spec' failed (exit $rc${first:+: $first}); log: $log; re-run: $rerun"

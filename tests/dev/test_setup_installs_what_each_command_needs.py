@@ -26,6 +26,7 @@ case "$1 ${2:-}" in
   "-m venv") mkdir -p "$3/bin" && cp "$0" "$3/bin/python" ;;
   "-m pip")
     if [ "$3" = "--version" ]; then echo "pip 23.2.1 from somewhere"; exit 0; fi
+    if [[ " $* " == *" -e "* ]]; then echo "Collecting lupa"; sleep "${FAKE_PIP_SECONDS:-0}"; fi
     if [ -n "${FAKE_PIP_FAIL:-}" ] && [[ " $* " == *" -e "* ]]; then
       echo "Looking in links: /opt/wheels"
       echo "ERROR: Could not find a version that satisfies the requirement $FAKE_PIP_FAIL" >&2
@@ -69,9 +70,10 @@ def _setup(repo: Path, *args: str, **env: str) -> tuple[int, str, str, list[str]
 
 
 def test_the_demo_gets_gelbridge_and_the_pds_and_a_later_test_setup_still_gets_the_test_extra(repo: Path) -> None:
-    rc, out, err, calls = _setup(repo, "--demo")
+    rc, out, err, calls = _setup(repo, "--demo", FAKE_PIP_SECONDS="2", GELBRIDGE_SETUP_TICK="1")
     assert rc == 0, err
     assert out == "/cache/pds\n"  # the PDS dir, as before
+    assert "setup: still installing (1 s, 1 packages collected)" in err  # a slow pip is not silent
     assert calls == [
         "python -m venv .venv",
         "python -m pip install --disable-pip-version-check -U pip",
