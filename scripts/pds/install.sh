@@ -7,7 +7,7 @@
 # Idempotent: when the marker matches this package.json and this Node's ABI it does
 # nothing (well under a second). Progress goes to stderr; stdout gets only the dir.
 #
-# A first install takes minutes (npm resolves ~700 packages, then compiles better-sqlite3):
+# A first install takes minutes (npm fetches ~450 packages, then compiles better-sqlite3):
 #   - one install at a time per dir (flock on <dir>.lock); a second caller waits, and says so;
 #   - npm runs in a temp dir <dir>.tmp.<pid> (moved into place when it loads), in its own
 #     session and process group, with its output in <dir>.install.log (kept when it fails;
@@ -181,7 +181,7 @@ trap 'on_signal HUP' HUP
 mkdir -p "$tmp"
 cp "$here/package.json" "$tmp/package.json"
 : >"$log"
-say "installing @atproto/dev-env into $dir (a few minutes: npm downloads ~700 packages, then compiles better-sqlite3; log: $log)"
+say "installing @atproto/dev-env into $dir (a few minutes: npm downloads ~450 packages, then compiles better-sqlite3; log: $log)"
 step="npm install"
 start=$SECONDS
 # Its own session (setsid): a signal or the timeout stops the whole group at once. npm

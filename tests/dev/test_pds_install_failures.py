@@ -162,13 +162,19 @@ def test_npm_resolving_longer_than_a_tick_is_waited_for_with_progress_then_a_rer
     assert len(fake.pids("npm")) == 1  # not run again
 
 
-@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
-def test_a_signal_mid_install_stops_npm_and_node_gyp_and_removes_the_temp_dir(fake: Fake, sig: int) -> None:
+@pytest.mark.parametrize(("sig", "group"), [(signal.SIGTERM, False), (signal.SIGINT, False), (signal.SIGINT, True)],
+                         ids=["SIGTERM", "SIGINT", "Ctrl-C"])
+def test_a_signal_mid_install_stops_npm_and_node_gyp_and_removes_the_temp_dir(
+    fake: Fake, sig: int, group: bool
+) -> None:
     proc = fake.start(FAKE_GYP_SECONDS="60")
     try:
         _wait_for(fake.root / "pids" / "gyp")
         assert len(fake.leftovers()) == 1
-        proc.send_signal(sig)  # the script alone, as `kill` or a parent's timeout does
+        if group:  # a terminal's Ctrl-C: the script's whole foreground group
+            os.killpg(proc.pid, sig)
+        else:  # the script alone, as `kill` or a parent's timeout does
+            proc.send_signal(sig)
         _, err = proc.communicate(timeout=20)
     finally:
         _stop(proc)
