@@ -51,7 +51,7 @@ else
 fi
 if ! fresh "$stamp" && ! { [ "$what" = demo ] && fresh "$test_stamp"; }; then
   log=$venv/pip-install.log
-  echo "setup: installing $says into $venv (pip; about a minute; log: $log)" >&2
+  echo "setup: installing $says into $venv (pip: a minute or a few; log: $log)" >&2
   : >"$log"
   # a newer pip resolves faster; an old one still installs, so its failure is only logged
   "$venv/bin/python" -m pip install --disable-pip-version-check -U pip >>"$log" 2>&1 \
