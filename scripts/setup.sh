@@ -30,9 +30,11 @@ die() { echo "setup: $*" >&2; exit 1; }
 PYTHON=${PYTHON:-python3}
 venv=${GELBRIDGE_VENV:-.venv}
 tick=${GELBRIDGE_SETUP_TICK:-15}
-command -v "$PYTHON" >/dev/null || die "$PYTHON not found: install Python >= 3.11, or set PYTHON"
-"$PYTHON" -c 'import sys; sys.exit(sys.version_info < (3, 11))' \
-  || die "$("$PYTHON" --version 2>&1) is too old (gelbridge needs >= 3.11): set PYTHON=python3.11 (or newer)"
+pyok=0
+pyver="$("$PYTHON" -c 'import sys; print("%d.%d.%d" % sys.version_info[:3]); sys.exit(sys.version_info < (3, 11))' \
+  2>/dev/null)" || pyok=$?
+[ -n "$pyver" ] || die "$PYTHON does not run: install Python >= 3.11, or set PYTHON to one that runs"
+[ "$pyok" -eq 0 ] || die "Python $pyver is too old (gelbridge needs >= 3.11): set PYTHON=python3.11 (or newer)"
 if [ ! -x "$venv/bin/python" ]; then
   echo "setup: creating $venv" >&2
   "$PYTHON" -m venv "$venv" \

@@ -22,7 +22,6 @@ FAKE_PYTHON = r"""#!/usr/bin/env bash
 # stand-in for python3: -m venv DIR, -m pip ... (recorded; FAKE_PIP_FAIL: the install fails), -c CODE
 echo "python $*" >>"$FAKE_LOG"
 case "$1 ${2:-}" in
-  "--version "*) echo "Python ${FAKE_PY_VERSION:-3.11.7}" ;;
   "-m venv") mkdir -p "$3/bin" && cp "$0" "$3/bin/python" ;;
   "-m pip")
     if [ "$3" = "--version" ]; then echo "pip 23.2.1 from somewhere"; exit 0; fi
@@ -32,7 +31,7 @@ case "$1 ${2:-}" in
       echo "ERROR: Could not find a version that satisfies the requirement $FAKE_PIP_FAIL" >&2
       exit 1
     fi ;;
-  "-c import sys"*) [ -z "${FAKE_PY_VERSION:-}" ] ;;
+  "-c import sys"*) echo "${FAKE_PY_VERSION:-3.11.7}"; [ -z "${FAKE_PY_VERSION:-}" ] ;;
   "-c "*) [ -z "${FAKE_IMPORT_FAIL:-}" ] || { echo "ModuleNotFoundError: No module named 'lupa'" >&2; exit 1; } ;;
 esac
 """
@@ -119,9 +118,14 @@ def test_a_failed_pip_install_is_one_line_naming_its_log_and_nothing_is_marked_i
     assert err.splitlines()[-1].endswith("log: .venv/pip-install.log; re-run: bash scripts/setup.sh --demo")
 
 
-def test_a_python_older_than_3_11_is_refused_with_what_to_set(repo: Path) -> None:
+def test_a_python_older_than_3_11_or_one_that_does_not_run_is_refused_with_what_to_set(repo: Path) -> None:
     rc, _, err, calls = _setup(repo, FAKE_PY_VERSION="3.10.13")
     assert rc == 1 and calls == []
     assert err.splitlines()[-1] == (
         "setup: Python 3.10.13 is too old (gelbridge needs >= 3.11): set PYTHON=python3.11 (or newer)"
+    )
+    rc, _, err, calls = _setup(repo, PYTHON="python3-not-here")
+    assert rc == 1 and calls == []
+    assert err.splitlines()[-1] == (
+        "setup: python3-not-here does not run: install Python >= 3.11, or set PYTHON to one that runs"
     )
