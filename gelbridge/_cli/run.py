@@ -24,12 +24,28 @@ ConfigOption = typer.Option(None, "--config", "-c",
                             help="TOML configuration file (else $GELBRIDGE_CONFIG, else ./gelbridge.toml).")
 
 
+class _StderrHandler(logging.StreamHandler):  # type: ignore[type-arg]
+    """Writes to whatever ``sys.stderr`` is when a line is logged (a handler that kept the
+    stream of its set-up would write to a closed one after a test runner swapped it)."""
+
+    def __init__(self) -> None:
+        super().__init__(sys.stderr)
+
+    @property
+    def stream(self) -> Any:
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, value: Any) -> None:
+        pass
+
+
 def setup_logging(level: str, fmt: str = "text") -> None:
     """Single-line logs on stderr (never content or keys): text, or one JSON object a line
     (Python's warnings too)."""
     from gelbridge._observability import JsonFormatter
 
-    handler = logging.StreamHandler(sys.stderr)
+    handler = _StderrHandler()
     handler.setFormatter(JsonFormatter() if fmt == "json" else
                          logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
     root = logging.getLogger()

@@ -187,6 +187,7 @@ class ModelServer:
         self._lock = threading.Lock()
         self._queue: deque[Item] = deque(script)
         self._requests: list[RecordedRequest] = []
+        self._discovery: list[RecordedRequest] = []
         self._seq = 0
         self._stopping = threading.Event()
         self._httpd: _HTTPServer | None = None
@@ -278,14 +279,23 @@ class ModelServer:
 
     @property
     def requests(self) -> list[RecordedRequest]:
-        """Snapshot of every request received so far, oldest first."""
+        """Snapshot of every model call received so far (and calls to no route), oldest
+        first; the discovery requests (listings, lookups, key checks) are in :attr:`discovery`."""
         with self._lock:
             return list(self._requests)
+
+    @property
+    def discovery(self) -> list[RecordedRequest]:
+        """Snapshot of the discovery requests (what ``gelbridge check`` asks: model listings
+        and lookups, OpenRouter's key check, Ollama's ``/api/show``), oldest first."""
+        with self._lock:
+            return list(self._discovery)
 
     def clear(self) -> None:
         """Forget recorded requests and pending script items."""
         with self._lock:
             self._requests.clear()
+            self._discovery.clear()
             self._queue.clear()
 
     # ------------------------------------------------------------ internals used by the handler
@@ -295,10 +305,10 @@ class ModelServer:
             self._seq += 1
             return self._seq
 
-    def _record(self, req: RecordedRequest) -> None:
+    def _record(self, req: RecordedRequest, *, discovery: bool = False) -> None:
         if self.record_requests:
             with self._lock:
-                self._requests.append(req)
+                (self._discovery if discovery else self._requests).append(req)
 
     def _next_item(self, req: RecordedRequest) -> Item:
         with self._lock:
@@ -431,11 +441,11 @@ class _Handler(BaseHTTPRequestHandler):
         req = RecordedRequest("other", "GET", path, safe_query, _redact(headers), None, received_at=time.time())
         route = _discovery_route(path, headers, query)
         if route is None:
-            owner._record(req)
+            owner._record(req, discovery=True)
             self._send_json(404, {"error": {"message": f"no route for GET {path}", "code": 404}})
             return
         provider, what, model = route
-        owner._record(replace(req, provider=provider))
+        owner._record(replace(req, provider=provider), discovery=True)
         if what == "root":
             self._send_bytes(200, b"Ollama is running", "text/plain; charset=utf-8")
             return
@@ -565,7 +575,8 @@ class _Handler(BaseHTTPRequestHandler):
     def _show(self, path: str, query: Mapping[str, str], headers: Mapping[str, str], body: Any, model: str) -> None:
         """Ollama's ``POST /api/show``: the model's details, or its 404 when it is not pulled."""
         owner = self.server.owner
-        owner._record(RecordedRequest("ollama", "POST", path, query, _redact(headers), body, received_at=time.time()))
+        owner._record(RecordedRequest("ollama", "POST", path, query, _redact(headers), body, received_at=time.time()),
+                      discovery=True)
         if owner.api_key and not _wire_ollama.auth_ok(headers, query, owner.api_key):
             self._send_json(401, _wire_ollama.error_body(401, "unauthorized"))
         elif not model:

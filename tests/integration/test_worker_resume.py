@@ -273,5 +273,5 @@ async def test_conversation_and_settings_are_read_once_then_kept_current_by_thei
         assert turns[f"{k1}.r0"].read_ms > 0  # it read the conversation and settings records
     lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith(f"turn {k1}.r0 ")]
     assert len(lines) == 1
-    assert re.fullmatch(rf"turn {k1}\.r0 complete queue=\d+ms read=\d+ms bridge=\d+ms model=\d+ms write=\d+ms",
-                        lines[0])
+    assert re.fullmatch(rf"turn {k1}\.r0 complete queue=\d+ms read=\d+ms bridge=\d+ms model=\d+ms write=\d+ms "
+                        r"total=\d+ms points=\d+( \w+=\S+)*", lines[0])
