@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import asyncio
 import errno
-import json
 import logging
 import socket
 import string
@@ -35,6 +34,7 @@ from typing import IO, Any
 from gelbridge._config import split_listen
 from gelbridge._errors import ConfigError
 from gelbridge._records.constants import FINAL_STATUSES
+from gelbridge._terminal import safe_json
 
 log = logging.getLogger("gelbridge.observability")
 
@@ -254,7 +254,7 @@ class JsonFormatter(logging.Formatter):
                     out[k] = round(v, 1) if isinstance(v, float) else v
         if record.exc_info and record.exc_info[0] is not None:
             out["error"] = record.exc_info[0].__name__  # the type only: a message may quote content
-        return json.dumps(out, ensure_ascii=False)
+        return safe_json(out, indent=None)  # what a terminal could interpret as \u escapes
 
 
 class JsonLines:

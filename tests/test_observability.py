@@ -83,6 +83,14 @@ def test_only_listed_fields_are_logged_and_emitted(kept: tuple[logging.Logger, K
     assert "message" not in LOG_FIELDS and "ts" not in LOG_FIELDS
 
 
+def test_a_json_line_holds_nothing_a_terminal_would_obey() -> None:
+    # a handle the PDS gave, a path: text a line may name, with C1 and bidi controls in it
+    rec = logging.LogRecord("x", logging.INFO, __file__, 1, "handle %s", ("al\x1b]0;t\x07\x9b2J\u202e.test",), None)
+    line = JsonFormatter().format(rec)
+    assert not {"\x1b", "\x07", "\x9b", "\u202e"} & set(line)
+    assert "\\u001b]0;t\\u0007\\u009b2J\\u202e" in line and json.loads(line)["message"] == rec.getMessage()
+
+
 def test_printed_lines_become_one_json_object_each() -> None:
     stream = io.StringIO()
     out = JsonLines(stream)

@@ -49,17 +49,19 @@ def _main(
 
 def print_error(message: str) -> None:
     """One error line on stderr: ``error: message``, or one JSON object (level ``error``)
-    once a command has set up JSON logs (``--log-format json``)."""
+    once a command has set up JSON logs (``--log-format json``). An error may quote a
+    record or a server's answer: what a terminal could interpret is shown, never obeyed."""
     import logging
 
     from gelbridge._observability import JsonFormatter
+    from gelbridge._terminal import safe_text
 
     handlers = logging.getLogger().handlers
     if any(isinstance(h.formatter, JsonFormatter) for h in handlers):
         rec = logging.LogRecord("gelbridge", logging.ERROR, "", 0, message, (), None)
         print(JsonFormatter().format(rec), file=sys.stderr, flush=True)
     else:
-        print(f"error: {message}", file=sys.stderr, flush=True)
+        print(f"error: {safe_text(message)}", file=sys.stderr, flush=True)
 
 
 # Command modules register themselves on `app` when imported.

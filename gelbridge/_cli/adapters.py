@@ -20,9 +20,14 @@ def list_adapters(
     """List built-in and custom adapters with version, source file and load status."""
     from rich.console import Console
     from rich.table import Table
+    from rich.text import Text
 
     from gelbridge._adapters.registry import registry_from_settings
     from gelbridge._config import load_config
+    from gelbridge._terminal import safe_line
+
+    def cell(value: object, style: str = "") -> Text:  # a script's text: no markup, nothing a terminal obeys
+        return Text(safe_line(str(value)), style=style)
 
     settings = load_config(config)
     registry = registry_from_settings(settings)
@@ -33,13 +38,13 @@ def list_adapters(
     table.add_column("status")
     for e in registry.entries():
         if e.status == "loaded":
-            status = "[green]loaded[/green]"
+            status = cell("loaded", "green")
         elif e.status == "overridden":
-            status = f"[yellow]overridden[/yellow] by {e.overridden_by}"
+            status = Text.assemble(cell("overridden", "yellow"), cell(f" by {e.overridden_by}"))
         else:
-            status = f"[red]failed[/red]: {e.error}"
+            status = Text.assemble(cell("failed", "red"), cell(f": {e.error}"))
         origin = " (built-in)" if e.builtin else ""
-        table.add_row(e.name or "-", e.version or "-", f"{e.source}{origin}", status)
+        table.add_row(cell(e.name or "-"), cell(e.version or "-"), cell(f"{e.source}{origin}"), status)
     console = Console()
     if not registry.entries():
         console.print("no adapter scripts found (built-in dir and [adapters] dirs are empty)")

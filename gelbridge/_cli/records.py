@@ -7,7 +7,6 @@ their sealed fields opened) and :func:`print_json`.
 
 from __future__ import annotations
 
-import json
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,6 +16,7 @@ import typer
 
 from gelbridge._cli import app
 from gelbridge._errors import KEYRING_ENV, ConfigError, GelbridgeError, KeyringError, RecordError
+from gelbridge._terminal import safe_json, safe_line
 
 if TYPE_CHECKING:  # imported where used: '--help' and the other commands need none of them
     from gelbridge._config import Settings
@@ -74,15 +74,11 @@ def open_file(records: Path, keyring: Keyring | None) -> list[OpenedRecord]:
 
 
 def print_json(doc: Any) -> None:
-    """Pretty JSON on stdout (UTF-8, non-ASCII kept; a document holding a string that is
-    not valid Unicode, as a malformed record printed as it is may, is written with
-    ``\\u`` escapes instead, which is still JSON)."""
-    text = json.dumps(doc, indent=2, ensure_ascii=False)
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        text = json.dumps(doc, indent=2, ensure_ascii=True)
-    sys.stdout.write(text + "\n")
+    """Pretty JSON on stdout: UTF-8, non-ASCII kept, but every character a terminal could
+    interpret (C1 controls, bidi and other format characters, DEL) and every string that
+    is not valid Unicode (a malformed record printed as it is) as a ``\\u`` escape, which
+    is still JSON (``gelbridge._terminal.safe_json``)."""
+    sys.stdout.write(safe_json(doc) + "\n")
 
 
 @app.command("open")
@@ -205,4 +201,4 @@ def convert_command(
         return
     print_json(result.request.to_json())
     for diag in result.diagnostics:
-        sys.stderr.write(diag.describe(show_content) + "\n")
+        sys.stderr.write(safe_line(diag.describe(show_content)) + "\n")

@@ -22,6 +22,7 @@ import typer
 from gelbridge._cli import app
 from gelbridge._cli.records import KeyringOption, RecordsArgument, ShowContentOption
 from gelbridge._errors import AdapterError, AdapterLoadError, GelbridgeError
+from gelbridge._terminal import safe_json, safe_line, safe_text
 
 if TYPE_CHECKING:
     from gelbridge._cli.records import ConvertResult
@@ -51,12 +52,12 @@ def print_provider_body(adapter_name: str, result: ConvertResult, settings: Sett
         raise GelbridgeError(f"adapter {adapter_name!r} failed on this request ({e.kind}); "
                              "add --show-content to see its message") from None
     try:
-        text = json.dumps(json.loads(conv.value), indent=2, ensure_ascii=False)
-    except ValueError:
-        text = conv.value
+        text = safe_json(json.loads(conv.value))
+    except ValueError:  # a body that is not JSON: as text, shown
+        text = safe_text(conv.value)
     sys.stdout.write(text + "\n")
     for d in [*result.diagnostics, *shaping, *conv.diagnostics]:
-        sys.stderr.write(d.describe(show_content) + "\n")
+        sys.stderr.write(safe_line(d.describe(show_content)) + "\n")
 
 
 @app.command("reply")
@@ -106,24 +107,25 @@ async def _reply(records: Path, ring: Any, message: str, settings: Settings, str
     if model:
         provider = model.get("provider")
         adapter = settings.providers[provider].adapter if provider in settings.providers else "?"
-        lines.append(f"model: {provider}/{model.get('id')} (adapter {adapter})\n")
+        lines.append(f"model: {provider}/{model.get('id')} (adapter {adapter})")
     rep = turn.report
     if rep is not None:
         t = rep.timing
-        lines.append(f"timing: model {t.model_ms:.1f} ms, bridge {t.bridge_ms:.1f} ms, {rep.steps} step(s)\n")
+        lines.append(f"timing: model {t.model_ms:.1f} ms, bridge {t.bridge_ms:.1f} ms, {rep.steps} step(s)")
     usage = value.get("usage")
     if usage:
         reasoning = usage.get("reasoningTokens")
         lines.append(f"tokens: input {usage.get('inputTokens')}, output {usage.get('outputTokens')}"
-                     f"{f', reasoning {reasoning}' if reasoning is not None else ''}\n")
+                     f"{f', reasoning {reasoning}' if reasoning is not None else ''}")
     lines.append(f"reply: at://{turn.did}/chat.gel.assistant.message/{turn.reply_rkey} status {value.get('status')}, "
-                 f"finish {value.get('finishReason')}\n")
+                 f"finish {value.get('finishReason')}")
     if rep is not None and rep.steps > 1:
-        lines.append("tools: calls the worker would run were answered \"not run\" offline\n")
-    lines += [f"diagnostic: {d.describe(show_content)}\n" for d in turn.diagnostics]
+        lines.append("tools: calls the worker would run were answered \"not run\" offline")
+    lines += [f"diagnostic: {d.describe(show_content)}" for d in turn.diagnostics]
     failed = None
     err = value.get("error")
     if value.get("status") == "error" and err:
-        lines.append(f"error: {err.get('kind')}: {err.get('message')}\n")
+        lines.append(f"error: {err.get('kind')}: {err.get('message')}")
         failed = f"the turn failed ({err.get('kind')}); the printed record is the error reply"
-    return value, "".join(lines), failed
+    # the model id and the rest come from the records (anyone who can write them): shown, never obeyed
+    return value, "".join(safe_line(line) + "\n" for line in lines), failed

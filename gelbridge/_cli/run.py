@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import logging
 import signal
 import sys
@@ -44,10 +43,11 @@ def setup_logging(level: str, fmt: str = "text") -> None:
     """Single-line logs on stderr (never content or keys): text, or one JSON object a line
     (Python's warnings too)."""
     from gelbridge._observability import JsonFormatter
+    from gelbridge._terminal import SafeFormatter
 
     handler = _StderrHandler()
     handler.setFormatter(JsonFormatter() if fmt == "json" else
-                         logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+                         SafeFormatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(getattr(logging, level.upper(), logging.INFO))
@@ -57,10 +57,13 @@ def setup_logging(level: str, fmt: str = "text") -> None:
 
 
 def printers(fmt: str) -> tuple[Printer, Printer]:
-    """Where a command's own lines go, (stdout, stderr): the streams themselves, or with
-    ``json`` each line as one JSON object on the same stream (docs/worker.md, Logs)."""
+    """Where a command's own lines go, (stdout, stderr): the streams (what a terminal could
+    interpret shown, never obeyed), or with ``json`` each line as one JSON object on the
+    same stream (docs/worker.md, Logs)."""
     if fmt != "json":
-        return sys.stdout, sys.stderr
+        from gelbridge._terminal import SafeStream
+
+        return SafeStream(sys.stdout), SafeStream(sys.stderr)
     from gelbridge._observability import JsonLines
 
     return JsonLines(sys.stdout), JsonLines(sys.stderr, level=logging.WARNING)
@@ -238,11 +241,21 @@ def status_command(
     try:
         rep = asyncio.run(report())
     except StateError as problem:
-        print(f"error: {problem}", file=sys.stderr)
+        print_error(str(problem))
         raise typer.Exit(1) from None
+    from contextlib import redirect_stdout
+    from typing import IO, cast
+
+    from gelbridge._terminal import SafeStream, safe_json
+
     if as_json:
-        print(json.dumps(rep, indent=2))
+        print(safe_json(rep))
         return
+    with redirect_stdout(cast(IO[str], SafeStream(sys.stdout))):  # record keys, handles, error text
+        _print_status(rep)
+
+
+def _print_status(rep: dict[str, Any]) -> None:
     print(f"state     {rep['state']}")
     print(f"source    {rep['source']}")
     fleet = rep.get("fleet")

@@ -10,7 +10,6 @@ calls shown with approve/deny questions, ``/regen``, ``/new``.
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 import threading
@@ -22,6 +21,7 @@ import typer
 
 from gelbridge._cli import app
 from gelbridge._errors import GelbridgeError
+from gelbridge._terminal import safe_json, safe_line, safe_text
 
 ConfigOpt = Annotated[Path | None, typer.Option("--config", "-c", help="TOML configuration file "
                                                    "(or $GELBRIDGE_CONFIG): the account, its keyring.")]
@@ -60,14 +60,14 @@ async def _send(settings: Any, text: str, conversation: str | None, as_json: boo
         if conversation:
             await client.join(conversation)
         rkey = await client.send(text)
-        print(f"sent {client.last_message} in conversation {client.conversation}; waiting for the reply "
-              f"(up to {timeout:g} s)", file=sys.stderr)
+        print(safe_line(f"sent {client.last_message} in conversation {client.conversation}; waiting for the reply "
+                        f"(up to {timeout:g} s)"), file=sys.stderr)
         shown: list[str] = []
 
         def on_text(delta: str) -> None:
             shown.append(delta)
             if not as_json:
-                sys.stdout.write(delta)
+                sys.stdout.write(safe_text(delta))  # the model's text: never a control sequence
                 sys.stdout.flush()
 
         reply = await client.follow(rkey, on_text, timeout)
@@ -80,7 +80,7 @@ async def _send(settings: Any, text: str, conversation: str | None, as_json: boo
         out = reply.record.to_value()
         if reply.content is not None:
             out["content"] = reply.content.to_value()
-        print(json.dumps(out, indent=2, ensure_ascii=False))
+        print(safe_json(out))
     elif shown:
         print()
     if reply.status == "awaitingApproval":
@@ -92,7 +92,8 @@ async def _send(settings: Any, text: str, conversation: str | None, as_json: boo
 def _ended_badly(reply: Any, err: Any) -> int:
     if reply.status in ("error", "cancelled"):
         e = reply.record.error
-        print(f"error: the reply ended {reply.status} ({f'{e.kind}: {e.message}' if e else reply.status})", file=err)
+        why = f"{e.kind}: {e.message}" if e else reply.status  # anyone who can write the record chose it
+        print(safe_line(f"error: the reply ended {reply.status} ({why})"), file=err)
         return 1
     return 0
 
@@ -159,8 +160,8 @@ async def chat(settings: Any, conversation: str | None, timeout: float,
     close; ``gelbridge demo --chat``), else one logs in for ``settings``."""
     from gelbridge._chat_client import ChatClient
 
-    def say(line: str = "") -> None:
-        print(line, file=out, flush=True)
+    def say(line: str = "") -> None:  # every line names what a record says: shown, never obeyed
+        print(safe_line(line), file=out, flush=True)
 
     owned = client is None
     if client is None:
@@ -215,7 +216,7 @@ async def _show_reply(client: Any, rkey: str, timeout: float, out: Any, say: Cal
     out.flush()
 
     def on_text(delta: str) -> None:
-        out.write(delta)
+        out.write(safe_text(delta))
         out.flush()
 
     reply = await client.follow(rkey, on_text, timeout)

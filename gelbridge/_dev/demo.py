@@ -37,6 +37,7 @@ from gelbridge._records import (
     now_datetime,
 )
 from gelbridge._sealing import Keyring, content_of, seal_content
+from gelbridge._terminal import safe_text
 from gelbridge._worker import Worker
 
 PASSWORD_ENV = "GELBRIDGE_DEMO_APP_PASSWORD"
@@ -162,8 +163,8 @@ def run_demo(*, text: str, timeout: float = 120.0, keep_dir: Path | None = None,
     With ``read_line`` (``--chat``), the chat goes on interactively in the same
     conversation (``gelbridge chat``) until the input ends."""
 
-    def say(line: str) -> None:
-        print(line, file=out, flush=True)
+    def say(line: str) -> None:  # the messages' text: shown, never obeyed
+        print(safe_text(line), file=out, flush=True)
 
     say("gelbridge demo: a local PDS, a sealed chat message, the worker and a local echo model\n")
     base = Path(keep_dir).expanduser().resolve() if keep_dir else Path(tempfile.mkdtemp(prefix="gelbridge-demo-"))

@@ -48,6 +48,18 @@ def test_unknown_message_and_missing_keyring_fail_with_one_line(tmp_path: Path) 
     assert r.exit_code != 0 and "message nope is not in" in str(r.exception)
 
 
+def test_an_error_quoting_what_was_asked_is_shown_on_one_line_never_obeyed() -> None:
+    import subprocess
+    import sys
+
+    key = "3mbd\x1b]0;owned\x07\x1b[2J\u202e"  # an error line quotes it (main() prints it)
+    p = subprocess.run([sys.executable, "-m", "gelbridge", "convert", "--keyring", str(EXAMPLE / "keyring.json"),
+                        "--message", key, str(EXAMPLE / "records.json")], capture_output=True, timeout=60)
+    assert p.returncode == 1 and p.stdout == b""
+    assert not [raw for raw in (b"\x1b", b"\x07", "\u202e".encode()) if raw in p.stderr]
+    assert p.stderr.decode().startswith("error: message 3mbd␛]0;owned␇␛[2J<U+202E> is not in ")
+
+
 def write_file(tmp_path: Path, ring: Keyring, records: list[tuple[str, str, object, list]]) -> Path:
     out = []
     for coll, rkey, rec, parts in records:

@@ -119,3 +119,31 @@ def test_version_and_short_help() -> None:
     assert r.exit_code == 0 and "check" in r.output and "--install-completion" in r.output
     r = runner.invoke(app, ["open", "-h"])
     assert r.exit_code == 0 and "--keyring" in r.output
+
+
+def test_open_prints_json_a_terminal_cannot_be_driven_by(tmp_path: Path) -> None:
+    from gelbridge._records import MESSAGE_COLLECTION, AtUri, PlainContent, TextPart
+    from gelbridge._sealing import seal_content
+
+    # C0 (json escapes them itself), DEL, C1 (CSI, OSC, ST), bidi overrides and isolates,
+    # a zero-width space, tag characters: the sealed text as a model or any writer may make it
+    hostile = ("\x1b]0;owned\x07 \x7f \x9b2J \x9d52;c;b3duZWQ=\x9c \u202eevil\u202c \u2066x\u2069 "
+               "a\u200bb \U000e0041 é 日本 👩\u200d👩")
+    ring = Keyring.load(EXAMPLE / "keyring.json")
+    uri = AtUri("did:plc:examplegelbridgedemo2345", MESSAGE_COLLECTION, "3mbd354z2m22b")
+    sealed = seal_content(PlainContent(parts=[TextPart(text=hostile)]), uri=uri, key_id="example-key-1", keyring=ring)
+    value = {"$type": MESSAGE_COLLECTION, "conversation": "3mbd3542k222b\u202e", "role": "user",
+             "content": sealed.to_value(), "createdAt": "2026-01-01T00:00:01.000Z"}
+    path = tmp_path / "records.json"
+    path.write_text(json.dumps({"records": [{"uri": str(uri), "value": value}]}))
+    p = subprocess.run([sys.executable, "-m", "gelbridge", "open", "--keyring", str(EXAMPLE / "keyring.json"),
+                        str(path)], capture_output=True, timeout=60)
+    assert p.returncode == 0, p.stderr
+    for raw in ("\x1b", "\x07", "\x7f", "\x9b", "\x9d", "\x9c", "\u202e", "\u202c", "\u2066", "\u2069", "\u200b",
+                "\u200d", "\U000e0041"):
+        assert raw.encode() not in p.stdout, repr(raw)
+    assert "é 日本 👩".encode() in p.stdout  # the rest is kept as it is, in UTF-8
+    assert b"\\u001b]0;owned\\u0007 \\u007f \\u009b2J" in p.stdout and b"\\udb40\\udc41" in p.stdout
+    doc = json.loads(p.stdout)  # still JSON, and the same text
+    entry = doc["records"][0]["value"]
+    assert entry["content"]["parts"][0]["text"] == hostile and entry["conversation"] == "3mbd3542k222b\u202e"

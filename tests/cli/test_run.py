@@ -4,6 +4,7 @@ their columns aligned whatever the status (``awaitingApproval`` is 16 characters
 from __future__ import annotations
 
 import asyncio
+import json
 import re
 import time
 from pathlib import Path
@@ -62,3 +63,28 @@ def test_status_keeps_every_table_aligned_with_awaiting_approval_rows(tmp_path: 
     at = next(i for i, row in enumerate(lines) if row.startswith("recent errors (2)"))
     errors = [columns(row) for row in lines[at + 1:at + 3]]
     assert [len(c) for c in errors] == [4, 4] and len({c[2][0] for c in errors}) == 1
+
+
+def test_status_shows_what_the_state_holds_never_obeys_it(tmp_path: Path) -> None:
+    cfg = tmp_path / "gelbridge.toml"
+    cfg.write_text('[account]\npds = "http://127.0.0.1:9"\nidentifier = "al.test"\n[state]\ndir = "state"\n')
+    hostile = "\x1b]0;owned\x07\x9b2J\u202e"
+
+    async def fill_hostile() -> None:  # what the PDS and the records it read said
+        settings = load_config(cfg)
+        with SqliteStore.open_dir(settings.state_dir) as store:
+            await store.save_session(session_key(settings), {"did": DID, "handle": f"al{hostile}.test",
+                                                             "pds": "http://127.0.0.1:9"})
+            await store.record_claim(DID, f"3mwait{hostile}", 0, f"3mwait{hostile}.r0", "3mconv")
+            await store.record_error("interrupted", account=DID, record_key=f"3mk{hostile}.r0", where="turn")  # where: a label, checked
+
+    asyncio.run(fill_hostile())
+    for args in ([], ["--json"]):
+        res = CliRunner().invoke(app, ["status", "--config", str(cfg), *args])
+        assert res.exit_code == 0, res.output
+        assert not [raw for raw in (b"\x1b", b"\x07", "\x9b".encode(), "\u202e".encode()) if raw in res.stdout_bytes]
+    assert json.loads(res.output)["accounts"][0]["handle"] == f"al{hostile}.test"  # --json: the same value
+    shown = "␛]0;owned␇<U+009B>2J<U+202E>"
+    text = CliRunner().invoke(app, ["status", "--config", str(cfg)]).output
+    assert f": al{shown}.test (did:plc:statusaligned)" in text
+    assert f"    3mwait{shown}.r0  pending" in text and f"  interrupted  3mk{shown}.r0  turn" in text
