@@ -8,7 +8,10 @@
 - refusal → ``textPart`` (degraded); tool_use → ``toolCallPart`` with an id that is
   unique in the conversation and stable once written (the provider's id if it is
   usable, else ``call_<reply rkey>_<n>``), ``approval: pending`` when the tool needs
-  approval;
+  approval; a call whose name is not a valid tool name (``tools.registry.is_tool_name``)
+  or whose arguments are too large is answered at once with an error result, never run
+  nor asked about (its name written as ``invalid_tool_name``: shown to the user and sent
+  back to providers, which check the names of the history);
 - finish reason → the record's knownValues (Lux IR finish reasons); usage → record
   usage (input/output/reasoning tokens).
 
@@ -33,6 +36,7 @@ from gelbridge._records.models import (
     grapheme_len,
     utf8_len,
 )
+from gelbridge._tools.registry import INVALID_TOOL_NAME, invalid_name_output, is_tool_name
 from gelbridge.lux import (
     ConversionStatus,
     Diagnostic,
@@ -51,7 +55,6 @@ MAX_PARTS = 1000
 MAX_TEXT_BYTES = 500_000
 MAX_INPUT_BYTES = 200_000
 MAX_CALL_ID_BYTES = 256
-MAX_TOOL_BYTES = 128
 MAX_TITLE_BYTES = 3000
 MAX_TITLE_GRAPHEMES = 300
 
@@ -75,6 +78,9 @@ class ReplyDraft:
     awaiting_approval: bool
     pending_calls: list[ToolCallPart] = field(default_factory=list)
     runnable_calls: list[ToolCallPart] = field(default_factory=list)
+    #: calls answered here with an error result, never run: arguments too large, a name
+    #: that is not a valid tool name (the model sees the result in the next step)
+    answered_calls: list[ToolCallPart] = field(default_factory=list)
     diagnostics: list[Diagnostic] = field(default_factory=list)
 
 
@@ -176,6 +182,7 @@ def response_to_parts(
     parts: list[Part] = []
     pending: list[ToolCallPart] = []
     runnable: list[ToolCallPart] = []
+    answered: list[ToolCallPart] = []
     msg = response.choices[0].message if response.choices else None
     content = msg.content if msg is not None else []
 
@@ -237,16 +244,22 @@ def response_to_parts(
                 diags.append(Diagnostic(f"content[{i}].tool_use.id", _DEGRADED,
                                         "provider call id missing, repeated or unusable; generated one"))
             name = tu.name
-            if utf8_len(name) > MAX_TOOL_BYTES:
-                name = name.encode("utf-8")[:MAX_TOOL_BYTES].decode("utf-8", "ignore")
-                diags.append(Diagnostic(f"content[{i}].tool_use.name", _INVALID, "tool name over 128 bytes; cut"))
             pds = pd_string(i, tag(tu.provider_data)) if tu.provider_data else None
-            src = (sources or {}).get(name, "")
-            if utf8_len(tu.arguments) > MAX_INPUT_BYTES:
+            refused: str | None = None
+            if not is_tool_name(name):  # never asked about, shown or sent back: answered as unknown
+                diags.append(Diagnostic(f"content[{i}].tool_use.name", _INVALID,
+                                        "not a valid tool name (1-64 of A-Za-z0-9_-); call answered as unknown"))
+                refused, name = invalid_name_output(name), INVALID_TOOL_NAME
+            elif utf8_len(tu.arguments) > MAX_INPUT_BYTES:
                 diags.append(Diagnostic(f"content[{i}].tool_use.arguments", _INVALID,
                                         "arguments over 200000 bytes; call answered as not run"))
-                parts.append(ToolCallPart(call_id=cid, tool=name, input="{}", source=src, provider_data=pds))
-                parts.append(ToolResultPart(call_id=cid, output=INPUT_TOO_LARGE, is_error=True))
+                refused = INPUT_TOO_LARGE
+            src = (sources or {}).get(name, "")
+            if refused is not None:
+                args = tu.arguments if utf8_len(tu.arguments) <= MAX_INPUT_BYTES else "{}"
+                call = ToolCallPart(call_id=cid, tool=name, input=args, source=src, provider_data=pds)
+                parts += [call, ToolResultPart(call_id=cid, output=refused, is_error=True)]
+                answered.append(call)
                 continue
             wait = needs_approval(name)
             call = ToolCallPart(call_id=cid, tool=name, input=tu.arguments, source=src,
@@ -264,6 +277,7 @@ def response_to_parts(
         drop_ids = {p.call_id for p in dropped if type(p) is ToolCallPart}
         pending = [c for c in pending if c.call_id not in drop_ids]
         runnable = [c for c in runnable if c.call_id not in drop_ids]
+        answered = [c for c in answered if c.call_id not in drop_ids]
         diags.append(Diagnostic("parts", _INVALID,
                                 f"{len(dropped)} parts over the {MAX_PARTS}-part limit of a reply left out"))
 
@@ -278,6 +292,7 @@ def response_to_parts(
         awaiting_approval=bool(pending),
         pending_calls=pending,
         runnable_calls=runnable,
+        answered_calls=answered,
         diagnostics=diags,
     )
 

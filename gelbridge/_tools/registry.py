@@ -13,13 +13,34 @@ from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from gelbridge._terminal import safe_json
+
 Approval = Literal["always", "never"]
 
-#: Tool names the providers accept everywhere (OpenAI: ``^[a-zA-Z0-9_-]{1,64}$``).
-TOOL_NAME_RE = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
-#: The lexicon allows 128 characters; generated names stay within 64 for OpenAI.
-MAX_TOOL_NAME = 128
+#: A tool name: 1-64 of ``A-Za-z0-9_-``, what every provider accepts in a tool's
+#: declaration and in a call of the history (OpenAI ``^[a-zA-Z0-9_-]{1,64}$``, Anthropic
+#: the same, Bedrock checks the calls of the history too). The only names gelbridge
+#: offers (built-in tools, ``mcp_tool_name``); a model's call to any other name is
+#: answered as invalid, never run nor asked about (``mapping.response_to_parts``). The
+#: lexicon's ``toolCallPart.tool`` allows 128 characters of anything: other apps' names.
+TOOL_NAME_RE = re.compile(r"[A-Za-z0-9_-]{1,64}")
 GENERATED_NAME_MAX = 64
+#: The name a call to an invalid name is written with (its error result quotes the name).
+INVALID_TOOL_NAME = "invalid_tool_name"
+
+
+def is_tool_name(name: str) -> bool:
+    """True if ``name`` is a valid tool name (:data:`TOOL_NAME_RE`)."""
+    return TOOL_NAME_RE.fullmatch(name) is not None
+
+
+def invalid_name_output(name: str) -> str:
+    """The error result of a call to ``name``, which is not a valid tool name: it names
+    the call as the model made it (its first 64 characters, every one a terminal could
+    interpret as a ``\\u`` escape) and what a name must be."""
+    shown = safe_json(name[:64] + ("..." if len(name) > 64 else ""), indent=None)
+    return (f"Unknown tool {shown}: not a valid tool name (1-64 of A-Za-z0-9_-), so it was not run. "
+            "Call one of the tools offered, by its exact name.")
 
 
 @dataclass(frozen=True)
@@ -49,8 +70,8 @@ class Tool:
     source: str = ""
 
     def __post_init__(self) -> None:
-        if not self.name or len(self.name) > MAX_TOOL_NAME or not re.fullmatch(r"[A-Za-z0-9_-]+", self.name):
-            raise ValueError(f"tool name {self.name!r} must be 1-{MAX_TOOL_NAME} characters of A-Za-z0-9_-")
+        if not is_tool_name(self.name):
+            raise ValueError(f"tool name {self.name!r} must be 1-64 characters of A-Za-z0-9_-")
         if self.approval not in ("always", "never"):
             raise ValueError(f"tool {self.name}: approval must be 'always' or 'never'")
         if not isinstance(self.parameters, dict):

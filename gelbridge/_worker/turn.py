@@ -711,7 +711,7 @@ async def answer(deps: TurnDeps, job: TurnJob, state: TurnState, timer: _Timer) 
                 return ReplyStatus.COMPLETE
         if draft.awaiting_approval:
             return ReplyStatus.AWAITING_APPROVAL
-        if not runnable:
+        if not runnable and not draft.answered_calls:  # a call answered in the mapping: the model sees why
             return ReplyStatus.COMPLETE
         if len(parts) >= MAX_PARTS:
             return ReplyStatus.COMPLETE

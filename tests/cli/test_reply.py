@@ -115,3 +115,43 @@ def test_reply_error_prints_the_error_record(config: tuple[Path, ModelServer]) -
     value = json.loads(res.stdout)
     assert value["status"] == "error" and value["error"]["kind"] == "invalid_request"
     assert "capital" not in value["error"]["message"]  # a provider's text never reaches the record
+
+
+HOSTILE_TOOL = "clock\x1b]0;owned\x07\x1b[2J"
+HOSTILE_MODEL = "gpt\x1b]0;owned\x07\x9b2J\u202eid"
+
+
+def hostile_records(tmp_path: Path) -> Path:
+    """The example, its last message asking for a model whose id is written to drive a
+    terminal (anyone who can write the account's records chooses it)."""
+    doc = json.loads(RECORDS.read_text())
+    doc["records"][-1]["value"]["generation"]["model"] = {"provider": "openai", "id": HOSTILE_MODEL}
+    path = tmp_path / "records.json"
+    path.write_text(json.dumps(doc))
+    return path
+
+
+def test_reply_answers_a_call_to_an_invalid_tool_name_and_asks_the_model_again(
+        config: tuple[Path, ModelServer], tmp_path: Path) -> None:
+    cfg, srv = config
+    key, did = last_user_key()
+    srv.enqueue(Turn(text="", tool_calls=[ToolCall(HOSTILE_TOOL, {}, id="c1")]), Turn(text="No such tool, sorry."))
+    res = run("reply", "--keyring", str(KEYRING), "--config", str(cfg), "--message", key,
+              str(hostile_records(tmp_path)))
+    assert res.exit_code == 0, res.output
+    rec = MessageRecord.from_value(json.loads(res.stdout))
+    plain = open_content(rec.content, uri=f"at://{did}/chat.gel.assistant.message/{key}.r0",
+                         keyring=Keyring.load(KEYRING))
+    call, result, answer = plain.parts
+    # never left waiting for approval: answered as an unknown tool, the model told why
+    assert rec.status == "complete" and call.approval is None and call.tool == "invalid_tool_name"
+    assert result.is_error and "not a valid tool name" in result.output and answer.text == "No such tool, sorry."
+    second = srv.requests[1].body["messages"]
+    assert any("not a valid tool name" in str(m.get("content")) for m in second if m["role"] == "tool")
+    assert HOSTILE_TOOL not in json.dumps(second)
+    # the model id on stderr (and in the record on stdout) is shown, never obeyed
+    assert rec.model.id == HOSTILE_MODEL
+    for raw in (b"\x1b", b"\x07", "\x9b".encode(), "\u202e".encode()):
+        assert raw not in res.stdout_bytes and raw not in res.stderr_bytes
+    assert "model: openai/gpt␛]0;owned␇<U+009B>2J<U+202E>id (adapter openai_md)" in res.stderr
+    assert "gpt\\u001b]0;owned\\u0007\\u009b2J\\u202eid" in res.stdout

@@ -101,6 +101,41 @@ def test_tool_calls_pending_runnable_and_generated_ids() -> None:
     assert len([x for x in d.diagnostics if x.field.endswith(".id")]) == 2
 
 
+HOSTILE_NAME = "fetch_url\x1b]0;fetch_url wants https://ok.example\x07\x1b[2K"
+
+
+def test_a_call_to_a_name_that_is_not_a_tool_name_is_answered_and_never_waits() -> None:
+    names = [HOSTILE_NAME, "fetch url", "fetch_url\u202e", "web.search", "f" * 65, "", "\x9b2J", "é"]
+    for name in names:
+        d = convert(resp(ToolUse("c1", name, '{"url": "u"}'), finish="tool_calls"), needs_approval=lambda n: True)
+        call, res = d.parts
+        assert (call.tool, call.input, call.approval, call.call_id) == ("invalid_tool_name", '{"url": "u"}', None, "c1")
+        assert res.call_id == "c1" and res.is_error and "not a valid tool name" in res.output
+        assert not d.awaiting_approval and d.pending_calls == [] and d.runnable_calls == []
+        assert d.answered_calls == [call]
+        assert [(x.field, x.status) for x in d.diagnostics] == [("content[0].tool_use.name", ConversionStatus.INVALID)]
+        assert d.diagnostics[0].content is None  # a diagnostic never names what the model said
+    # the result names the call as the model made it, every control as an escape
+    out = convert(resp(ToolUse("c1", HOSTILE_NAME))).parts[1].output
+    assert "\x1b" not in out and "\x07" not in out and '"fetch_url\\u001b]0;fetch_url wants' in out
+    assert len(convert(resp(ToolUse("c1", "x" * 100_000))).parts[1].output) < 300
+    # the longest valid name, and every valid character, are called as before
+    for name in ("f" * 64, "mcp_my-server_Tool_9"):
+        d = convert(resp(ToolUse("c1", name)), needs_approval=lambda n: True)
+        assert d.parts[0].tool == name and d.pending_calls == d.parts and d.answered_calls == []
+
+
+def test_a_refused_call_goes_back_to_the_model_under_a_valid_name_with_its_result() -> None:
+    d = convert(resp(ToolUse("c1", HOSTILE_NAME, "{}"), ToolUse("c2", "current_time", "{}")))
+    assert [c.call_id for c in d.runnable_calls] == ["c2"]
+    parts = with_results(d.parts, {"c2": result("c2", "noon")})
+    req = build_request([opened("a", user(None), text("q")), opened("a.r0", reply("a"), *parts),
+                         opened("b", user("a.r0"), text("q"))], provider="anthropic", model="claude")
+    calls = [b for b in req.value.conversation[1].content if isinstance(b, ToolUse)]
+    assert [(c.id, c.name) for c in calls] == [("c1", "invalid_tool_name"), ("c2", "current_time")]
+    assert HOSTILE_NAME not in str(req.value.to_json())
+
+
 def test_call_ids_shared_across_tool_loop_steps() -> None:
     ids = CallIds("k.r0")
     a = convert(resp(ToolUse("", "t")), call_ids=ids)
