@@ -68,8 +68,19 @@ def print_error(message: str) -> None:
 from gelbridge._cli import _modules  # noqa: E402,F401
 
 
+def _printable_streams() -> None:
+    """A terminal or pipe that cannot encode a character (``PYTHONIOENCODING=ascii``, a C
+    locale) gets it as a backslash escape instead of a UnicodeEncodeError mid-reply."""
+    import io
+
+    for stream in (sys.stdout, sys.stderr):
+        if isinstance(stream, io.TextIOWrapper) and stream.errors == "strict":
+            stream.reconfigure(errors="backslashreplace")
+
+
 def main() -> None:
     """Console-script entry point."""
+    _printable_streams()
     try:
         app()
     except GelbridgeError as e:
