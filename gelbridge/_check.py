@@ -6,7 +6,8 @@ configuration against the world, as far as it parsed (:func:`check_config` repor
 both in one run): every ``[adapters] dirs`` entry exists; every ``[providers.*]`` names
 a loaded adapter, its ``api_key_env`` is set, and it answers at base_url for that key
 and has the default models (``_adapters/probe.py``: one free request each); every
-default model names a configured provider and every default tool exists; each
+default model names a configured provider and every default tool exists (a
+provider-run tool such as ``web_search``: some configured provider's adapter has it); each
 account's keyring is readable and holds a key; every MCP server starts and lists its
 tools; ``[observability] listen`` can be bound (it is released at once); ``[state]``
 can be used; the PDS answers and the credentials log in (a fresh createSession,
@@ -23,9 +24,15 @@ import contextlib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from gelbridge._config import NO_FILE, ReadConfig, Settings
 from gelbridge._errors import GelbridgeError, PdsAuthError, PdsError, PdsRateLimited
+from gelbridge._tools.config import NATIVE_TOOLS
+
+if TYPE_CHECKING:
+    from gelbridge._adapters.registry import AdapterRegistry
+    from gelbridge._config import ModelChoice
 
 #: createSession calls at once when many accounts are checked
 _LOGINS_AT_ONCE = 8
@@ -98,7 +105,7 @@ async def check_settings(settings: Settings, *, environ: Mapping[str, str], logi
             rep.lines.append(f"health     {settings.observability.listen} is free (/healthz, /readyz, /metrics)")
     _check_state(settings, rep)
     _check_adapter_dirs(settings, rep)
-    _check_providers(settings, environ, rep)
+    adapters = _check_providers(settings, environ, rep)
     if probe:
         await _check_probes(settings, environ, rep)
     per_account = [settings.for_account(a) for a in accounts] if settings.accounts else (
@@ -106,7 +113,7 @@ async def check_settings(settings: Settings, *, environ: Mapping[str, str], logi
     for acct in per_account:
         _check_defaults(acct, rep, label=_label(settings, acct))
         _check_keyring(acct, environ, rep, label=_label(settings, acct))
-    await _check_tools(settings, environ, rep)
+    await _check_tools(settings, environ, rep, adapters)
     if login:
         gate = asyncio.Semaphore(_LOGINS_AT_ONCE)
 
@@ -173,14 +180,16 @@ def _check_adapter_dirs(settings: Settings, rep: CheckReport) -> None:
                                 "or take it out of dirs")
 
 
-def _check_providers(settings: Settings, environ: Mapping[str, str], rep: CheckReport) -> None:
+def _check_providers(settings: Settings, environ: Mapping[str, str], rep: CheckReport) -> AdapterRegistry | None:
+    """Each provider names a loaded adapter and has its key. Returns the adapters (None:
+    they could not be loaded at all)."""
     from gelbridge._adapters.registry import registry_from_settings
 
     try:
         registry = registry_from_settings(settings)
     except GelbridgeError as e:
         rep.problems.append(f"[adapters]: {e}")
-        return
+        return None
     names = set(registry.names())
     for entry in registry.entries():
         if entry.status == "failed" and not entry.builtin:
@@ -192,6 +201,7 @@ def _check_providers(settings: Settings, environ: Mapping[str, str], rep: CheckR
         if p.api_key_env and not environ.get(p.api_key_env):
             rep.problems.append(f"[providers.{name}] api_key_env: ${p.api_key_env} is not set; export the API key in it")
     rep.lines.append(f"providers  {', '.join(f'{n} ({p.adapter})' for n, p in settings.providers.items()) or 'none'}")
+    return registry
 
 
 async def _check_probes(settings: Settings, environ: Mapping[str, str], rep: CheckReport) -> None:
@@ -232,7 +242,8 @@ def _check_keyring(acct: Settings, environ: Mapping[str, str], rep: CheckReport,
     rep.lines.append(f"keyring    {label}: {len(ring)} key(s)")
 
 
-async def _check_tools(settings: Settings, environ: Mapping[str, str], rep: CheckReport) -> None:
+async def _check_tools(settings: Settings, environ: Mapping[str, str], rep: CheckReport,
+                       adapters: AdapterRegistry | None) -> None:
     from gelbridge._tools import load_tool_registry
     from gelbridge._tools.config import mcp_servers
 
@@ -247,12 +258,65 @@ async def _check_tools(settings: Settings, environ: Mapping[str, str], rep: Chec
         if cfg.enabled and not any(n.startswith(f"mcp_{server}_") for n in names):
             rep.problems.append(f"[mcp.servers.{server}]: the server did not start or lists no tools "
                                 "(its error is in the log above)")
-    defaults = [settings.defaults, *(a.defaults for a in settings.accounts if a.defaults is not None)]
-    for d in defaults:
+    native = native_tool_providers(settings, adapters)
+    offered = names | {t for t, providers in native.items() if providers}
+    defaults = [("[defaults]", settings.defaults)]
+    defaults += [(f"[[accounts]] {a.identifier} defaults", a.defaults) for a in settings.accounts
+                 if a.defaults is not None]
+    for where, d in defaults:
         for tool in d.tools:
-            if tool not in names:
-                rep.problems.append(f"[defaults] tools: {tool!r} is not a tool here (tools: {', '.join(sorted(names))})")
-    rep.lines.append(f"tools      {', '.join(sorted(names)) or 'none'}")
+            if tool in NATIVE_TOOLS:
+                _check_native_default(settings, rep, where, tool, native[tool], d.model or settings.defaults.model,
+                                      _adapters_with(adapters, tool))
+            elif tool not in names:
+                rep.problems.append(f"{where} tools: {tool!r} is not a tool here (tools: {', '.join(sorted(offered))})")
+    rep.lines.append(f"tools      {', '.join(sorted(offered)) or 'none'}")
+
+
+def native_tool_providers(settings: Settings, adapters: AdapterRegistry | None) -> dict[str, list[str]]:
+    """For each provider-run tool (``web_search``) that the operator has not turned off,
+    the configured providers whose adapter can send it (``native_tools``), sorted."""
+    from gelbridge._tools.config import builtin_config
+
+    out: dict[str, list[str]] = {}
+    for tool in sorted(NATIVE_TOOLS):
+        try:
+            on = builtin_config(settings.tools, tool).enabled
+        except GelbridgeError:
+            on = False  # the file check names the bad table
+        out[tool] = sorted(name for name, p in settings.providers.items()
+                           if on and adapters is not None and p.adapter in adapters
+                           and tool in adapters.get(p.adapter).options.native_tools)
+    return out
+
+
+def _adapters_with(adapters: AdapterRegistry | None, tool: str) -> list[str]:
+    """The loaded adapters that can send the provider-run tool ``tool``."""
+    if adapters is None:
+        return []
+    return [n for n in adapters.names() if tool in adapters.get(n).options.native_tools]
+
+
+def _check_native_default(settings: Settings, rep: CheckReport, where: str, tool: str,
+                          providers: list[str], model: ModelChoice | None, adapters: list[str]) -> None:
+    """A provider-run tool in ``[defaults] tools``: fine when a configured provider's adapter
+    can send it; a problem when none can (or it is turned off); a warning when the default
+    model's provider cannot (its turns go without it)."""
+    have = " or ".join(repr(a) for a in adapters) or "one that declares it in native_tools"
+    table = settings.tools.get(tool)
+    if isinstance(table, dict) and table.get("enabled") is False:
+        rep.problems.append(f"{where} tools: {tool!r} is turned off ([tools.{tool}] enabled = false): "
+                            "take it out of tools or turn it on")
+        return
+    if not providers:
+        rep.problems.append(f"{where} tools: {tool!r} is run by the model provider, and no configured provider "
+                            f"has it: configure one whose adapter is {have}, or take it out of tools")
+        return
+    if model is not None and model.provider in settings.providers and model.provider not in providers:
+        adapter = settings.providers[model.provider].adapter
+        rep.warnings.append(f"{where} tools: {tool!r}: the default model's provider {model.provider!r} "
+                            f"(adapter {adapter!r}) has no native {tool}, so its turns go without it "
+                            f"(providers that have it here: {', '.join(providers)})")
 
 
 async def _check_login(acct: Settings, environ: Mapping[str, str], rep: CheckReport, *, label: str) -> None:

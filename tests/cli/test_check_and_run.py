@@ -56,3 +56,54 @@ def test_without_a_config_file_check_and_run_say_so_and_offline_commands_still_w
     (tmp_path / "gelbridge.toml").write_text('[wacth]\nsource = "poll"\n')  # found in the working directory
     found = gelbridge("check", cwd=tmp_path)
     assert found.returncode == 1 and "[wacth]: unknown section" in found.stderr
+
+
+def _search_config(tmp_path: Path, model_url: str, providers: dict[str, str], *, default: str,
+                   tools_table: str = "") -> Path:
+    kr = Keyring()
+    kr.add_new("k")
+    kr.save(tmp_path / "keyring.json")
+    cfg = tmp_path / "gelbridge.toml"
+    blocks = "".join(f'[providers.{name}]\nadapter = "{adapter}"\nbase_url = "{model_url}/v1"\n'
+                     for name, adapter in providers.items())
+    cfg.write_text('[account]\nidentifier = "a.test"\npds = "http://127.0.0.1:9"\npassword_env = "CHECK_TEST_PASSWORD"\n'
+                   '[keyring]\npath = "keyring.json"\n[state]\ndir = "state"\n'
+                   f'[defaults]\nmodel = {{ provider = "{default}", id = "gpt-5" }}\n'
+                   'tools = ["web_search", "current_time"]\n'
+                   f'{tools_table}{blocks}')
+    return cfg
+
+
+PASSWORD_LINE = "error: [account] password_env: $CHECK_TEST_PASSWORD is not set; export an app password in it"
+
+
+def test_web_search_in_the_defaults_is_a_tool_where_a_provider_runs_it(tmp_path: Path) -> None:
+    """``[defaults] tools = ["web_search"]`` (docs/tools.md) passes check and run when a configured
+    provider's adapter has native search; the default model's provider without it is a warning;
+    with none at all, or with it turned off, it is one problem that names the adapters that have it."""
+    from gelbridge._dev.model_server import ModelServer
+
+    with ModelServer(models=["gpt-5"]) as srv:
+        cfg = _search_config(tmp_path, srv.url, {"search": "openai-responses"}, default="search")
+        for command in ("check", "run"):
+            r = gelbridge(command, "--config", str(cfg), cwd=tmp_path)
+            assert r.returncode == 1 and r.stderr.splitlines() == [PASSWORD_LINE]  # only the PDS password
+        mixed = _search_config(tmp_path, srv.url, {"chat": "openai", "search": "anthropic"}, default="chat")
+        r = gelbridge("check", "--config", str(mixed), cwd=tmp_path)
+        assert r.stderr.splitlines() == [
+            "warning: [defaults] tools: 'web_search': the default model's provider 'chat' (adapter 'openai') has "
+            "no native web_search, so its turns go without it (providers that have it here: search)",
+            PASSWORD_LINE]
+        none = _search_config(tmp_path, srv.url, {"chat": "openai"}, default="chat")
+        refused = ("error: [defaults] tools: 'web_search' is run by the model provider, and no configured provider "
+                   "has it: configure one whose adapter is 'anthropic' or 'gemini' or 'openai-responses', "
+                   "or take it out of tools")
+        for command in ("check", "run"):
+            r = gelbridge(command, "--config", str(none), cwd=tmp_path)
+            assert r.returncode == 1 and r.stderr.splitlines()[:2] == [refused, PASSWORD_LINE], r.stderr
+        off = _search_config(tmp_path, srv.url, {"search": "openai-responses"}, default="search",
+                             tools_table="[tools.web_search]\nenabled = false\n")
+        r = gelbridge("check", "--config", str(off), cwd=tmp_path)
+        assert r.stderr.splitlines()[0] == ("error: [defaults] tools: 'web_search' is turned off "
+                                            "([tools.web_search] enabled = false): take it out of tools or turn it on")
+    assert not (tmp_path / "state").exists()  # run opened no state
