@@ -8,7 +8,9 @@
 -- host keeps provider_data only for that provider and model), which is what lets a
 -- reasoning model behind OpenRouter continue its reasoning across tool calls; the
 -- unified `reasoning` parameter ({effort} or {enabled = false}) instead of
--- reasoning_effort.
+-- reasoning_effort; the conversation's cache key as `session_id` (OpenRouter's sticky
+-- routing key, which keeps a conversation on one upstream's prompt cache) instead of
+-- prompt_cache_key.
 -- Written for gelbridge (not derived from other adapters).
 
 local adapter = {

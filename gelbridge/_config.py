@@ -103,6 +103,11 @@ class ToolCallIdConfig(_Section):
     exact_length: int | None = None
 
 
+#: the OpenAI-style adapters that send a conversation key, and the one host that documents
+#: it (auto prompt caching): OpenAI's prompt_cache_key, OpenRouter's session_id
+_KEY_HOSTS = {"openai": "api.openai.com", "openai-responses": "api.openai.com", "openrouter": "openrouter.ai"}
+
+
 class ProviderConfig(_Section):
     """``[providers.<name>]``: ``<name>`` matches ``modelRef.provider``."""
 
@@ -124,8 +129,9 @@ class ProviderConfig(_Section):
     max_connections: int = Field(1024, ge=1, le=65536)
     tool_call_id: ToolCallIdConfig | None = None
     #: prompt caching: Anthropic cache_control breakpoints, OpenAI prompt_cache_key per
-    #: conversation. None (auto): on, except that the OpenAI-style adapters send
-    #: prompt_cache_key only to api.openai.com (another host may refuse the unknown key)
+    #: conversation (OpenRouter: the same key as session_id). None (auto): on, except that
+    #: the OpenAI-style adapters send the key only to the host that documents it
+    #: (api.openai.com; openrouter.ai): another host may refuse the unknown parameter
     prompt_cache: bool | None = None
     #: gelbridge check (and run, before ready) asks the provider whether base_url, the key
     #: and the default models are right (_adapters/probe.py); false: it is not contacted
@@ -134,11 +140,13 @@ class ProviderConfig(_Section):
     def caches_prompts(self) -> bool:
         if self.prompt_cache is not None:
             return self.prompt_cache
-        if self.adapter in ("openai", "openai-responses", "openrouter"):
+        host = _KEY_HOSTS.get(self.adapter)
+        if host is not None:
             from urllib.parse import urlsplit
 
-            return (urlsplit(self.base_url).hostname or "") == "api.openai.com"
+            return (urlsplit(self.base_url).hostname or "") == host
         return True
+
 
 
 class AdaptersConfig(_Section):

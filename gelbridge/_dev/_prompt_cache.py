@@ -12,8 +12,9 @@ characters a token) over each prompt block's JSON.
   ``cache_creation_input_tokens`` (what the last breakpoint adds), ``input_tokens``
   (the rest).
 - **OpenAI** (docs "Prompt caching"): automatic for prompts of 1,024 tokens or more; the
-  longest prefix seen before on the same route (model and ``prompt_cache_key``) is
-  served from the cache, in steps of 128 tokens; ``cached_tokens`` in the usage.
+  longest prefix seen before on the same route (model and ``prompt_cache_key``; behind
+  OpenRouter, its sticky-routing ``session_id``) is served from the cache, in steps of
+  128 tokens; ``cached_tokens`` in the usage.
 - **Gemini** (docs "Context caching", implicit caching): automatic from 1,024 tokens
   (Flash; 2,048 for Pro), by prefix; ``cachedContentTokenCount`` in the usage.
 """
@@ -153,7 +154,8 @@ class PromptCache:
         return CacheUse(cum[-1], min(cached, cum[-1]))
 
     def openai(self, body: Mapping[str, Any]) -> CacheUse | None:
-        route = f"openai\n{body.get('model', '')}\n{body.get('prompt_cache_key') or ''}"
+        key = body.get("prompt_cache_key") or body.get("session_id") or ""
+        route = f"openai\n{body.get('model', '')}\n{key}"
         return self.prefix(route, openai_blocks(body), minimum=OPENAI_MIN, step=OPENAI_STEP)
 
     def gemini(self, model: str, body: Mapping[str, Any]) -> CacheUse | None:

@@ -161,32 +161,47 @@ def _frame(payload: Mapping[str, Any] | str) -> bytes:
     return f"data: {data}\n\n".encode()
 
 
+def _detail_pieces(turn: Turn, size: int) -> list[tuple[str | None, list[dict[str, Any]]]]:
+    """OpenRouter's streamed ``reasoning_details`` as its recorded streams carry them,
+    ``(reasoning text, pieces)`` per chunk: a ``reasoning.text`` entry at index 0 opened
+    empty (``text`` and ``signature`` ""), its text in pieces beside ``reasoning``, then
+    its signature alone, then each ``reasoning.encrypted`` entry whole at its index."""
+    details = reasoning_details(turn)
+    out: list[tuple[str | None, list[dict[str, Any]]]] = []
+    for d in details:
+        if d["type"] != "reasoning.text":
+            out.append((None, [d]))
+            continue
+        head = {"type": "reasoning.text", "format": DETAILS_FORMAT, "index": d["index"]}
+        out.append((None, [{**head, "text": "", "signature": ""}]))
+        out += [(piece, [{**head, "text": piece}]) for piece in chunks(turn.reasoning, size)]
+        if d.get("signature"):
+            out.append((None, [{**head, "signature": d["signature"]}]))
+    return out
+
+
 def render_stream(turn: Turn, ctx: WireContext) -> list[bytes]:
     size = turn.chunk_size or ctx.chunk_size
     base = {"id": _id(ctx), "object": "chat.completion.chunk", "created": ctx.created, "model": ctx.model,
             "system_fingerprint": None}
     if ctx.include_usage:
         base["usage"] = None
+    # OpenRouter names both fields in every text chunk, empty when the chunk has none
+    quiet: dict[str, Any] = {"reasoning": None, "reasoning_details": []} if ctx.reasoning_details else {}
 
     def chunk(delta: dict[str, Any], finish: str | None = None) -> bytes:
         choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}
         return _frame({**base, "choices": [choice]})
 
-    frames = [chunk({"role": "assistant", "content": ""})]
+    frames = [chunk({"role": "assistant", "content": "", **quiet})]
     field = _reasoning_field(turn, ctx)
-    details = reasoning_details(turn) if ctx.reasoning_details else []
-    if field or details:
-        for piece in chunks(turn.reasoning, size):
-            delta: dict[str, Any] = {field: piece} if field else {}
-            if details and details[0]["type"] == "reasoning.text":  # the text in pieces, by index
-                delta["reasoning_details"] = [{"type": "reasoning.text", "text": piece, "format": DETAILS_FORMAT,
-                                               "index": 0}]
-            frames.append(chunk(delta))
-        tail = [{**d, "text": ""} if d["type"] == "reasoning.text" else d for d in details
-                if d["type"] != "reasoning.text" or d.get("signature")]
-        if tail:  # the signature, and encrypted blocks, after the text
-            frames.append(chunk({"reasoning_details": tail}))
-    frames += [chunk({"content": piece}) for piece in chunks(_visible_text(turn, ctx), size)]
+    if ctx.reasoning_details and reasoning_details(turn):
+        for text, pieces in _detail_pieces(turn, size):
+            frames.append(chunk({"role": "assistant", "content": "", field or "reasoning": text,
+                                 "reasoning_details": pieces}))
+    elif field:
+        frames += [chunk({field: piece}) for piece in chunks(turn.reasoning, size)]
+    frames += [chunk({"content": piece, **quiet}) for piece in chunks(_visible_text(turn, ctx), size)]
     for i, c in enumerate(turn.tool_calls):
         head = {"index": i, "id": call_id(c, "call_", ctx.seq, i), "type": "function",
                 "function": {"name": c.name, "arguments": ""}}
@@ -194,7 +209,7 @@ def render_stream(turn: Turn, ctx: WireContext) -> list[bytes]:
         frames += [chunk({"tool_calls": [{"index": i, "function": {"arguments": piece}}]})
                    for piece in chunks(arguments_json(c), size)]
     finish = resolve_finish(turn)
-    frames.append(chunk({}, _FINISH.get(finish, finish)))
+    frames.append(chunk({"content": "", **quiet} if quiet else {}, _FINISH.get(finish, finish)))
     if ctx.include_usage:
         frames.append(_frame({**base, "choices": [], "usage": _usage(turn, ctx)}))
     frames.append(_frame("[DONE]"))

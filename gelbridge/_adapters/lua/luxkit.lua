@@ -510,8 +510,28 @@ local function open_block(events, state, key, block_type)
   return idx
 end
 
-local function close_all(events, state)
+-- OpenRouter's reasoning_details belong to the step's first thinking block (where the
+-- JSON answer puts them: one block with the reasoning text and all the details), which
+-- is opened by the first reasoning text or details piece and stays open until the end
+-- of the stream (text and calls start beside it), when the merged details are complete.
+local function open_details_block(events, state)
+  if state.details_block then return state.details_block end
+  local idx = open_block(events, state, "thinking", "thinking")
+  state.details_block = idx
+  return idx
+end
+
+-- Text or a call begins: the thinking block ends, except the one that takes the details.
+local function close_thinking(events, state)
+  if state.thinking ~= nil and state.thinking == state.details_block then
+    state.thinking = nil -- no new reasoning text joins it; its block_end comes at the finish
+    return
+  end
   close_block(events, state, "thinking")
+end
+
+local function close_all(events, state)
+  close_thinking(events, state)
   close_block(events, state, "text")
   close_block(events, state, "refusal")
   local calls = state.calls
@@ -529,14 +549,12 @@ local function finish_stream(events, state, fr)
   if state.finished then return end
   state.finished = true
   close_all(events, state)
-  if state.details and #state.details > 0 then
-    -- OpenRouter's merged reasoning_details: a block of their own (the visible reasoning
-    -- streamed as text before), kept as provider_data and sent back unchanged
-    local idx = state.next or 0
-    state.next = idx + 1
-    events[#events + 1] = { event = "block_start", index = idx, block_type = "thinking" }
-    events[#events + 1] = { event = "block_delta", index = idx,
-      delta = { type = "provider_data", provider_data = pdata({ reasoning_details = state.details }) } }
+  local idx = state.details_block
+  if idx then
+    if state.details and #state.details > 0 then
+      events[#events + 1] = { event = "block_delta", index = idx,
+        delta = { type = "provider_data", provider_data = pdata({ reasoning_details = state.details }) } }
+    end
     events[#events + 1] = { event = "block_end", index = idx }
   end
   events[#events + 1] = { event = "finish", finish_reason = FINISH[fr] or fr }
@@ -557,7 +575,7 @@ local function stream_tool_call(events, state, tc, n)
     c = nil
   end
   if not c then
-    close_block(events, state, "thinking")
+    close_thinking(events, state)
     close_block(events, state, "text")
     state.ncalls = (state.ncalls or 0) + 1
     local idx = state.next or 0
@@ -580,15 +598,18 @@ end
 
 -- OpenRouter's reasoning_details, streamed in pieces: entries of one `index` (and type)
 -- are one block whose string fields (text, summary, data) grow; other fields (signature,
--- id, format) are taken as they arrive.
+-- id, format) are taken as they arrive, except that an empty string (the "" signature
+-- of an entry's opening piece) never replaces a value. Returns whether a piece came.
 local DETAIL_STRINGS = { text = true, summary = true, data = true }
 
 local function merge_details(state, pieces)
   local merged, by = state.details, state.details_by
   if not merged then merged = jarray(); by = {}; state.details = merged; state.details_by = by end
+  local got = false
   for i = 1, #pieces do
     local p = pieces[i]
     if type(p) == "table" then
+      got = true
       local key = tostring(p.index or #merged) .. "\0" .. tostring(p.type)
       local e = by[key]
       if not e then
@@ -597,14 +618,16 @@ local function merge_details(state, pieces)
         merged[#merged + 1] = e
       end
       for k, v in pairs(p) do
-        if DETAIL_STRINGS[k] and type(v) == "string" and type(e[k]) == "string" then
-          e[k] = e[k] .. v
-        elseif v ~= nil then
+        local old = e[k]
+        if DETAIL_STRINGS[k] and type(v) == "string" and type(old) == "string" then
+          e[k] = old .. v
+        elseif v ~= "" or old == nil then
           e[k] = v
         end
       end
     end
   end
+  return got
 end
 
 local FLAVORS = { openai = true, deepseek = true, openrouter = true }
@@ -690,7 +713,11 @@ local function openai_family(flavor)
     end
 
     local key = prompt_cache_key(req)
-    if key and not DEEPSEEK then body.prompt_cache_key = key end -- DeepSeek caches by prefix alone
+    if key and OPENROUTER then
+      body.session_id = key -- OpenRouter's sticky routing key: the conversation stays on one cache
+    elseif key and not DEEPSEEK then
+      body.prompt_cache_key = key -- DeepSeek caches by prefix alone
+    end
 
     local extras = o.extras
     if type(extras) == "table" then
@@ -767,11 +794,19 @@ local function openai_family(flavor)
     local choice = ch.choices and ch.choices[1]
     if type(choice) == "table" then
       local d = choice.delta or {}
-      if OPENROUTER and is_array(d.reasoning_details) then merge_details(state, d.reasoning_details) end
+      if OPENROUTER and is_array(d.reasoning_details) and not state.finished
+          and merge_details(state, d.reasoning_details) then
+        open_details_block(events, state)
+      end
       local r = d.reasoning_content or d.reasoning
       if type(r) == "string" and r ~= "" then
         local fresh = state.thinking == nil
-        local idx = open_block(events, state, "thinking", "thinking")
+        local idx
+        if OPENROUTER and not state.details_block then
+          idx = open_details_block(events, state)
+        else
+          idx = open_block(events, state, "thinking", "thinking")
+        end
         if fresh and DEEPSEEK then
           events[#events + 1] = { event = "block_delta", index = idx,
             delta = { type = "provider_data", provider_data = pdata({ reasoning_content = true }) } }
@@ -780,7 +815,7 @@ local function openai_family(flavor)
       end
       local c = d.content
       if type(c) == "string" and c ~= "" then
-        close_block(events, state, "thinking")
+        close_thinking(events, state)
         local idx = open_block(events, state, "text", "text")
         if #events == 0 and plain_tail(ch, choice, d) then
           return delta_json("text", idx, c) -- the bulk of a stream: no event tables

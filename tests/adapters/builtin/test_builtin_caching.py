@@ -74,3 +74,33 @@ async def test_openai_on_another_host_sends_no_cache_key_unless_asked(server):
     await harness.complete(server, "deepseek", request("deepseek-chat", conv, stream=False), stream=False,
                            prompt_cache=True)
     assert "prompt_cache_key" not in server.requests[-1].body  # DeepSeek caches by prefix alone
+
+
+async def test_openrouter_sends_the_conversations_key_as_its_session_id(server):
+    """OpenRouter's chat API keeps a conversation on one upstream's cache by ``session_id``
+    (its prompt-caching guide); it documents no prompt_cache_key there."""
+    conv = [Message("user", [Text("q")])]
+    for stream in (False, True):
+        await harness.complete(server, "openrouter", request("openai/gpt-5", conv, stream=stream), stream=stream,
+                               prompt_cache=True)
+        body = server.requests[-1].body
+        assert body["session_id"] == KEY and "prompt_cache_key" not in body
+    await harness.complete(server, "openrouter", request("openai/gpt-5", conv, stream=False), stream=False,
+                           prompt_cache=False)
+    assert "session_id" not in server.requests[-1].body
+
+
+@pytest.mark.parametrize(("adapter", "base_url", "sends"), [
+    ("openai", "https://api.openai.com/v1", True),
+    ("openai-responses", "https://api.openai.com/v1", True),
+    ("openai-responses", "https://example-gateway.test/v1", False),
+    ("openrouter", "https://openrouter.ai/api/v1", True),
+    ("openrouter", "https://example-gateway.test/api/v1", False),
+    ("anthropic", "https://example-gateway.test", True),
+])
+def test_by_default_the_key_goes_to_the_host_that_documents_it(adapter, base_url, sends):
+    """docs/adapters.md, "Prompt caching": unset, it is on, and the key goes only to
+    api.openai.com (openai, openai-responses) and openrouter.ai (openrouter)."""
+    from gelbridge._config import ProviderConfig
+
+    assert ProviderConfig(adapter=adapter, base_url=base_url).caches_prompts() is sends

@@ -192,6 +192,26 @@ async def test_openrouter_passes_reasoning_details_back_unchanged(details_server
     assert "reasoning_content" not in assistant
 
 
+@pytest.mark.parametrize("calls", [[ToolCall("lookup", {"q": "x"}, id="call_1")], []], ids=["call", "text"])
+async def test_openrouter_stream_and_json_give_the_same_blocks(details_server, calls):
+    """The streamed details land on the step's one thinking block, as in the JSON answer:
+    no second thinking block after the text or the call, none for a turn without reasoning."""
+    turn = Turn(reasoning="I should look it up", reasoning_signature=SIG, redacted_reasoning="RU5DUllQVEVE",
+                text="Looking.", tool_calls=calls, chunk_size=4)
+    got = {}
+    for stream in (False, True):
+        for t in (turn, Turn(text="plain", chunk_size=2)):
+            details_server.enqueue(t)
+            req = LuxRequest(model=MODELS["openrouter"], conversation=[Message("user", [Text("x?")])],
+                             options=Options(stream=stream), tools=TOOLS)
+            r = await harness.complete(details_server, "openrouter", req, stream=stream)
+            got[stream, t.text] = [b.to_json() for b in r.response.message.content]
+    assert got[True, "Looking."] == got[False, "Looking."]
+    assert [b["type"] for b in got[True, "Looking."]] == ["thinking", "text"] + ["tool_use"] * len(calls)
+    assert got[True, "Looking."][0]["provider_data"]["data"]["reasoning_details"][0]["signature"] == SIG
+    assert got[True, "plain"] == got[False, "plain"] == [{"type": "text", "text": "plain"}]
+
+
 async def test_openrouter_keeps_reasoning_details_from_another_model(details_server, stream):
     first = Turn(reasoning="think", reasoning_signature=SIG, tool_calls=[ToolCall("lookup", {"q": "x"})])
     _, body = await two_turns("openrouter", details_server, stream, second_model=OTHER_MODEL["openrouter"],
