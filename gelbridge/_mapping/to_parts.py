@@ -4,7 +4,10 @@
   summary) → the ``providerData`` string tagged with the request's provider and model
   (``mapping.provider_data``); redacted/signature-only thinking is kept;
 - text → ``textPart`` (split at 500000 UTF-8 bytes), its url annotations →
-  ``sourcePart``s right after it, each url once per reply;
+  ``sourcePart``s right after it, each url once per reply, at most 256 per reply, and
+  only ``http``/``https`` URLs of at most 2048 bytes with no whitespace or control
+  characters; titles lose control and format characters and are cut to the lexicon's
+  bound (``SourcePolicy``; what was left out is counted in the diagnostics, never named);
 - refusal → ``textPart`` (degraded); tool_use → ``toolCallPart`` with an id that is
   unique in the conversation and stable once written (the provider's id if it is
   usable, else ``call_<reply rkey>_<n>``), ``approval: pending`` when the tool needs
@@ -57,6 +60,8 @@ MAX_INPUT_BYTES = 200_000
 MAX_CALL_ID_BYTES = 256
 MAX_TITLE_BYTES = 3000
 MAX_TITLE_GRAPHEMES = 300
+MAX_SOURCES = 256  # sourceParts in one reply
+MAX_URL_BYTES = 2048
 
 _DEGRADED = ConversionStatus.DEGRADED
 _UNSUPPORTED = ConversionStatus.UNSUPPORTED
@@ -66,6 +71,17 @@ INPUT_TOO_LARGE = "not run: the call's arguments are larger than 200000 bytes"
 
 _KNOWN_FINISH_REASONS = frozenset(FinishReason)
 _UNSAFE_ID_CHARS = re.compile(r"[^A-Za-z0-9_-]")
+#: C0/C1 controls (ESC, BEL...) and the invisible format characters (bidi overrides and
+#: isolates, zero-width characters, tags) that can make a URL or a title show something
+#: other than what it is
+_CONTROLS = r"\x00-\x1f\x7f-\x9f"
+_FORMATS = (r"\u00ad\u061c\u180e\u200b-\u200f\u202a-\u202e\u2060-\u206f\ufeff\ufff9-\ufffb"
+            r"\U000e0000-\U000e007f")
+#: scheme and a host (no ``user@`` before it, which can dress one host up as another)
+_URL_START = re.compile(r"https?://[^/?#@\s]+(?:[/?#]|\Z)", re.IGNORECASE)
+_URL_UNSAFE = re.compile(rf"[\s{_CONTROLS}{_FORMATS}]")
+_TITLE_FORMATS = re.compile(rf"[{_FORMATS}]+")
+_TITLE_SPACES = re.compile(rf"[\s{_CONTROLS}]+")
 
 
 @dataclass(slots=True)
@@ -177,7 +193,7 @@ def response_to_parts(
     ``max_parts``: room left in the reply's parts array.
     """
     ids = call_ids if call_ids is not None else CallIds(reply_rkey, used_call_ids)
-    urls = seen_urls if seen_urls is not None else set()
+    cited = SourcePolicy(seen_urls if seen_urls is not None else set())
     diags: list[Diagnostic] = []
     parts: list[Part] = []
     pending: list[ToolCallPart] = []
@@ -233,8 +249,8 @@ def response_to_parts(
                 continue
             for k, chunk in enumerate(split_text(text)):
                 parts.append(TextPart(text=chunk, provider_data=pds if k == 0 else None))
-            for j, a in enumerate((block.annotations or []) if t is Text else []):  # type: ignore[union-attr]
-                sp = _source_part(a, i, j, urls, diags)
+            for a in (block.annotations or []) if t is Text else ():  # type: ignore[union-attr]
+                sp = cited.part(a)
                 if sp is not None:
                     parts.append(sp)
         elif t is ToolUse:
@@ -271,6 +287,7 @@ def response_to_parts(
         else:
             diags.append(Diagnostic(f"content[{i}]", _UNSUPPORTED, "a block of a kind replies cannot hold left out", type(block).__name__))
 
+    diags += cited.diagnostics()
     if len(parts) > max_parts:
         dropped = parts[max_parts:]
         parts = parts[:max_parts]
@@ -297,30 +314,79 @@ def response_to_parts(
     )
 
 
-def _source_part(a: object, i: int, j: int, urls: set[str], diags: list[Diagnostic]) -> SourcePart | None:
-    """The sourcePart of annotation ``j`` of content block ``i``, if it is a new url."""
-    if getattr(a, "kind", None) not in ("url", "web_search_citation"):
+def safe_source_url(url: object) -> str | None:
+    """``url`` if a reply may cite it (an app may open it): ``http``/``https`` with a host
+    and no ``user@``, at most ``MAX_URL_BYTES``, no whitespace, control or format
+    character; else None."""
+    if not isinstance(url, str) or len(url) > MAX_URL_BYTES or not _URL_START.match(url):
         return None
-    url = getattr(a, "ref", None)
-    if not url or url in urls:
+    if _URL_UNSAFE.search(url) or utf8_len(url) > MAX_URL_BYTES:
         return None
-    title = getattr(a, "text", None)
-    if title is not None and (utf8_len(title) > MAX_TITLE_BYTES or grapheme_len(title) > MAX_TITLE_GRAPHEMES):
+    return url
+
+
+def safe_source_title(title: object) -> str | None:
+    """A citation's title as one line of plain text: format characters go, controls and
+    runs of whitespace become one space, cut to the lexicon's bound (300 graphemes, 3000
+    bytes) with an ellipsis; None when nothing is left. Still the provider's words."""
+    if not isinstance(title, str):
+        return None
+    if len(title) > 4 * MAX_TITLE_BYTES:
+        title = title[: 4 * MAX_TITLE_BYTES]  # more than the bound can keep: no need to scan it all
+    title = _TITLE_SPACES.sub(" ", _TITLE_FORMATS.sub("", title)).strip()
+    if utf8_len(title) > MAX_TITLE_BYTES or grapheme_len(title) > MAX_TITLE_GRAPHEMES:
         title = _cut_title(title)
-    try:
-        sp = SourcePart(url=url, title=title or None)
-    except Exception:
-        diags.append(Diagnostic(f"content[{i}].annotations[{j}]", _INVALID,
-                                "citation url is not a valid URI; left out"))
-        return None
-    urls.add(url)
-    return sp
+    return title or None
+
+
+@dataclass(slots=True)
+class SourcePolicy:
+    """Which cited pages a reply keeps: each url once, at most ``MAX_SOURCES``, only safe
+    urls (``safe_source_url``). ``urls`` is shared by the steps of one reply; the counts of
+    what was left out are this response's (reported as diagnostics, never the urls)."""
+
+    urls: set[str]
+    unsafe: int = 0
+    over_cap: int = 0
+
+    def part(self, a: object) -> SourcePart | None:
+        """The sourcePart of annotation ``a``, if it is a url annotation to keep."""
+        if getattr(a, "kind", None) not in ("url", "web_search_citation"):
+            return None
+        ref = getattr(a, "ref", None)
+        if not ref or ref in self.urls:
+            return None
+        if len(self.urls) >= MAX_SOURCES:
+            self.over_cap += 1
+            return None
+        url = safe_source_url(ref)
+        if url is None:
+            self.unsafe += 1
+            return None
+        try:
+            sp = SourcePart(url=url, title=safe_source_title(getattr(a, "text", None)))
+        except Exception:  # noqa: BLE001 - not a URI after all: left out like the others
+            self.unsafe += 1
+            return None
+        self.urls.add(url)
+        return sp
+
+    def diagnostics(self) -> list[Diagnostic]:
+        out = []
+        if self.unsafe:
+            out.append(Diagnostic("content.annotations", _INVALID,
+                                  f"{self.unsafe} citation(s) left out: not an http(s) URL, longer than "
+                                  f"{MAX_URL_BYTES} bytes, or with spaces or control characters"))
+        if self.over_cap:
+            out.append(Diagnostic("content.annotations", _UNSUPPORTED,
+                                  f"{self.over_cap} citation(s) over the {MAX_SOURCES} of a reply left out"))
+        return out
 
 
 def _cut_title(title: str) -> str:
     import regex
 
-    clusters = regex.findall(r"\X", title)[: MAX_TITLE_GRAPHEMES - 1]
+    clusters = regex.findall(r"\X", title[: 4 * MAX_TITLE_BYTES])[: MAX_TITLE_GRAPHEMES - 1]
     out = ""
     for c in clusters:
         if utf8_len(out + c) > MAX_TITLE_BYTES - 3:

@@ -681,6 +681,7 @@ async def answer(deps: TurnDeps, job: TurnJob, state: TurnState, timer: _Timer) 
             call_ids=call_ids, sources=sources, seen_urls=seen_urls,
             max_parts=max(0, MAX_PARTS - len(parts)),
         )
+        state.diagnostics += draft.diagnostics  # what the reply could not keep (left-out citations...)
         if draft.usage is not None:
             usage_total.append(draft.usage)
         state.cache.add(response.usage)

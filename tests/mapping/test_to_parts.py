@@ -88,6 +88,37 @@ def test_sources_follow_their_text_once_per_url() -> None:
     assert [x.status for x in d.diagnostics] == [ConversionStatus.INVALID]
 
 
+HOSTILE_URLS = ["javascript:alert(1)", "JavaScript:alert(1)", "data:text/html,<script>x</script>", "vbscript:msgbox",
+                "file:///etc/passwd", "https://e.org/\x1b]8;;https://evil.example\x07", "https://e.org/\x07ding",
+                "https://e.org/a b", "https://e.org/\u202eexe.pdf", "https://trusted.example@evil.example/",
+                "https://", "ftp://e.org/", "https://e.org/" + "a" * 2048]
+
+
+def test_only_safe_http_urls_are_cited_and_titles_are_plain_bounded_text() -> None:
+    anns = [Annotation("url", "Bad", u) for u in HOSTILE_URLS]
+    anns += [Annotation("url", "Good\x1b[31m red\x07\n\tline \u202etxt.exe", "https://e.org/ok?q=1#f"),
+             Annotation("url", "\x1b\x07 \u200b", "HTTPS://E.ORG/@user")]
+    d = convert(resp(Text("see", anns)))
+    sources = [(p.url, p.title) for p in d.parts[1:]]
+    assert sources == [("https://e.org/ok?q=1#f", "Good [31m red line txt.exe"), ("HTTPS://E.ORG/@user", None)]
+    (note,) = d.diagnostics
+    assert note.status == ConversionStatus.INVALID and note.detail.startswith(f"{len(HOSTILE_URLS)} citation(s) left out")
+    assert "e.org" not in str(note) and "javascript" not in str(note)  # counted, never named
+
+
+def test_a_reply_keeps_at_most_256_sources_across_its_steps_and_counts_the_rest() -> None:
+    seen: set[str] = set()
+    first = convert(resp(Text("a", [Annotation("url", None, f"https://e.org/{i}") for i in range(200)])),
+                    seen_urls=seen)
+    second = convert(resp(Text("b", [Annotation("url", "t", f"https://e.org/{i}") for i in range(5000)])),
+                     seen_urls=seen)
+    assert len(first.parts) == 201 and first.diagnostics == []
+    assert [type(p).__name__ for p in second.parts] == ["TextPart"] + ["SourcePart"] * 56  # 200 were cited before
+    assert [(x.status, x.detail) for x in second.diagnostics] == [
+        (ConversionStatus.UNSUPPORTED, "4744 citation(s) over the 256 of a reply left out")]
+    assert len(seen) == 256
+
+
 def test_tool_calls_pending_runnable_and_generated_ids() -> None:
     d = convert(resp(Text("let me"), ToolUse("", "current_time"), ToolUse("dup", "fetch_url", '{"url":"u"}'),
                      ToolUse("dup", "current_time"), finish="tool_calls"),
