@@ -29,7 +29,15 @@ SSE
 NDJSON (Ollama ``/api/chat``)
   Lines end with ``\\n`` (a trailing ``\\r`` is removed); blank lines are skipped; a
   partial trailing line is kept until more data arrives or ``close()``; a leading BOM
-  is dropped; a line longer than ``max_line_bytes`` (1 MiB) is an error.
+  is dropped; a line longer than ``max_line_bytes`` (16 MiB) is an error.
+
+Line and event bounds
+  16 MiB each (``DEFAULT_MAX_LINE_BYTES``, ``DEFAULT_MAX_EVENT_CHARS``): far above what a
+  provider sends in one line (a Responses ``response.completed`` event repeats the whole
+  answer with every citation; 5,000 citations are over 1 MiB), still bounded (the
+  official ``openai`` and ``anthropic`` SDKs set no limit at all). A line arriving in
+  many reads is kept in pieces and joined once. Over the bound: one ``server_error``
+  (HTTP 200, fault ``bad_stream`` with detail ``LINE_TOO_LONG`` or ``EVENT_TOO_LARGE``).
 
 URLs
   ``join_url`` keeps the base URL's path (``https://host/openai/v1`` +
@@ -141,7 +149,7 @@ __all__ = [
 log = logging.getLogger("gelbridge.transport")
 
 MiB = 1024 * 1024
-DEFAULT_MAX_LINE_BYTES = 1 * MiB
+DEFAULT_MAX_LINE_BYTES = 16 * MiB
 DEFAULT_MAX_EVENT_CHARS = 16 * MiB
 DEFAULT_MAX_RESPONSE_BYTES = 64 * MiB
 DEFAULT_MAX_ERROR_BODY_BYTES = 64 * 1024
@@ -154,8 +162,14 @@ Framing = Literal["sse", "ndjson"]
 NDJSON_TYPES = ("application/x-ndjson", "application/ndjson", "application/jsonl", "application/x-jsonlines")
 
 
-def _framing_error(message: str) -> ProviderError:
-    return ProviderError(message, kind="server_error", status=200, fault=ProviderFault("bad_stream", status=200))
+def _bound(n: int, unit: str) -> str:
+    return f"{n // MiB} MiB" if n >= MiB and n % MiB == 0 else f"{n} {unit}"
+
+
+def _framing_error(message: str, detail: str | None = None) -> ProviderError:
+    """A 2xx stream gelbridge cannot read; ``detail``: which bound it broke (a fixed name)."""
+    return ProviderError(message, kind="server_error", status=200,
+                         fault=ProviderFault("bad_stream", status=200, detail=detail))
 
 
 # ======================================================================================
@@ -181,7 +195,7 @@ def _utf8_decoder() -> codecs.IncrementalDecoder:
 class SSEDecoder:
     """Incremental WHATWG ``text/event-stream`` decoder: bytes in, events out."""
 
-    __slots__ = ("_inc", "_line", "_skip_lf", "_data", "_data_len", "_event", "_last_id",
+    __slots__ = ("_inc", "_line", "_more", "_line_len", "_skip_lf", "_data", "_data_len", "_event", "_last_id",
                  "max_line_chars", "max_event_chars")
 
     def __init__(
@@ -195,6 +209,8 @@ class SSEDecoder:
         # plain bytes.decode, which is several times faster on the hot path.
         self._inc: codecs.IncrementalDecoder | None = codecs.getincrementaldecoder("utf-8-sig")("replace")
         self._line = ""          # unterminated tail of the last read
+        self._more: list[str] = []  # reads after it that end no line (a long line: joined once)
+        self._line_len = 0
         self._skip_lf = False    # last read ended in \r: a leading \n is its pair
         self._data: list[str] = []
         self._data_len = 0
@@ -229,18 +245,27 @@ class SSEDecoder:
             self._skip_lf = text[-1] == "\r"
             text = text.replace("\r\n", "\n").replace("\r", "\n")
         if self._line:
-            text = self._line + text
+            if "\n" not in text:  # the middle of a long line: kept in pieces, joined when it ends
+                self._line_len += len(text)
+                if self._line_len > self.max_line_chars:
+                    raise self._too_long()
+                self._more.append(text)
+                return []
+            text = self._line + ("".join(self._more) + text if self._more else text)
+            self._more = []
         lines = text.split("\n")
         tail = lines.pop()
         if len(tail) > self.max_line_chars:
-            raise _framing_error(
-                f"event-stream line longer than {self.max_line_chars} characters; "
-                "the provider is not sending server-sent events"
-            )
+            raise self._too_long()
         self._line = tail
-        if not lines:
-            return []
+        self._line_len = len(tail)
         return self._lines(lines)
+
+    def _too_long(self) -> ProviderError:
+        return _framing_error(
+            f"event-stream line longer than {_bound(self.max_line_chars, 'characters')}; "
+            "the provider is not sending server-sent events",
+            "LINE_TOO_LONG")
 
     def close(self) -> list[SSEEvent]:
         """End of body: flush the decoder, treat an unterminated line as complete and
@@ -252,15 +277,17 @@ class SSEDecoder:
             if self._skip_lf and text[0] == "\n":
                 text = text[1:]
             text = text.replace("\r\n", "\n").replace("\r", "\n")
-            text = self._line + text
+            text = self._line + "".join(self._more) + text
             lines = text.split("\n")
             tail = lines.pop()
         else:
-            tail = self._line
+            tail = self._line + "".join(self._more)
         if tail:
             lines.append(tail)
         lines.append("")
         self._line = ""
+        self._more = []
+        self._line_len = 0
         self._skip_lf = False
         return self._lines(lines)
 
@@ -276,9 +303,7 @@ class SSEDecoder:
             if not line:
                 if data:
                     if self._data_len > self.max_event_chars:
-                        raise _framing_error(
-                            f"server-sent event larger than {self.max_event_chars} characters"
-                        )
+                        raise self._too_large()
                     events.append(_new_tuple(SSEEvent, (self._event, "\n".join(data), self._last_id)))
                     data = self._data = []
                     self._data_len = 0
@@ -304,8 +329,12 @@ class SSEDecoder:
                     self._last_id = value
             # "retry" and unknown fields are ignored
         if self._data_len > self.max_event_chars:
-            raise _framing_error(f"server-sent event larger than {self.max_event_chars} characters")
+            raise self._too_large()
         return events
+
+    def _too_large(self) -> ProviderError:
+        return _framing_error(f"server-sent event larger than {_bound(self.max_event_chars, 'characters')}",
+                              "EVENT_TOO_LARGE")
 
 
 # ======================================================================================
@@ -316,29 +345,37 @@ class SSEDecoder:
 class NDJSONDecoder:
     """Incremental newline-delimited JSON framing (lines are returned, not parsed)."""
 
-    __slots__ = ("_buf", "_first", "max_line_bytes")
+    __slots__ = ("_buf", "_buf_len", "_first", "max_line_bytes")
 
     def __init__(self, *, max_line_bytes: int = DEFAULT_MAX_LINE_BYTES) -> None:
-        self._buf = b""
+        self._buf: list[bytes] = []  # the unterminated last line so far, in pieces (joined once)
+        self._buf_len = 0
         self._first = True
         self.max_line_bytes = max_line_bytes
 
     def feed(self, data: bytes) -> list[str]:
         """Add one read; return the complete non-blank lines it finished."""
         if b"\n" not in data:
-            self._buf += data
-            if len(self._buf) > self.max_line_bytes:
+            self._buf_len += len(data)
+            if self._buf_len > self.max_line_bytes:
                 raise self._too_long()
+            self._buf.append(data)
             return []
-        parts = (self._buf + data).split(b"\n")
-        self._buf = parts.pop()
-        if len(self._buf) > self.max_line_bytes:
+        if self._buf:
+            self._buf.append(data)
+            data = b"".join(self._buf)
+        parts = data.split(b"\n")
+        tail = parts.pop()
+        if len(tail) > self.max_line_bytes:
             raise self._too_long()
+        self._buf = [tail] if tail else []
+        self._buf_len = len(tail)
         return self._emit(parts)
 
     def close(self) -> list[str]:
         """End of body: the unterminated last line, if any, is a line."""
-        tail, self._buf = self._buf, b""
+        tail = b"".join(self._buf)
+        self._buf, self._buf_len = [], 0
         return self._emit([tail]) if tail else []
 
     def _emit(self, parts: list[bytes]) -> list[str]:
@@ -360,9 +397,8 @@ class NDJSONDecoder:
 
     def _too_long(self) -> ProviderError:
         return _framing_error(
-            f"NDJSON line longer than {self.max_line_bytes} bytes; "
-            "the provider is not sending newline-delimited JSON"
-        )
+            f"NDJSON line longer than {_bound(self.max_line_bytes, 'bytes')}; "
+            "the provider is not sending newline-delimited JSON", "LINE_TOO_LONG")
 
 
 # ======================================================================================

@@ -14,7 +14,7 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Any
 
-from gelbridge._errors import RecordError
+from gelbridge._errors import ProviderFault, RecordError
 from gelbridge._records.constants import (
     FINAL_STATUSES,
     MESSAGE_COLLECTION,
@@ -163,13 +163,25 @@ def reply_error_kind(kind: object) -> str:
     return kind if isinstance(kind, str) and kind in REPLY_ERROR_KINDS else "server_error"
 
 
-def error_message(kind: str, *, detail: str | None = None, status: int | None = None) -> str:
+#: A 2xx stream past one of gelbridge's reading bounds (``_transport``: the ``bad_stream``
+#: fault's detail; DEFAULT_MAX_LINE_BYTES, DEFAULT_MAX_EVENT_CHARS).
+_UNREADABLE: dict[str, str] = {
+    "LINE_TOO_LONG": "one line of its stream is longer than gelbridge reads (16 MiB)",
+    "EVENT_TOO_LARGE": "one event of its stream is larger than gelbridge reads (16 MiB)",
+}
+
+
+def error_message(kind: str, *, detail: str | None = None, status: int | None = None,
+                  fault: ProviderFault | None = None) -> str:
     """A reply ``error.message`` (≤ 3000 bytes) that never holds user content.
 
     ``detail`` must already be content-free (a ``GelbridgeError`` message from our own
     code names record keys only); provider messages are never passed here, because a
-    provider may echo the prompt.
+    provider may echo the prompt. ``fault``: a provider call's, for the few faults that
+    say more than the status (a stream past gelbridge's bounds).
     """
+    if not detail and fault is not None and fault.what == "bad_stream" and fault.detail in _UNREADABLE:
+        detail = f"the model provider's answer could not be read: {_UNREADABLE[fault.detail]}"
     base = detail if detail else _GENERIC.get(kind, "gelbridge could not write this reply")
     if status is not None and not detail:
         base += f" (HTTP {status})"

@@ -767,7 +767,7 @@ def _error_of(e: BaseException) -> tuple[str, str]:
     body, no call id, no tool or script text)."""
     kind = reply_error_kind(getattr(e, "kind", None) if isinstance(e, GelbridgeError) else None)
     if isinstance(e, ProviderError):
-        return kind, error_message(kind, status=e.status)
+        return kind, error_message(kind, status=e.status, fault=e.fault)
     if isinstance(e, _SAFE_DETAIL) or type(e) is GelbridgeError:  # bare GelbridgeError: raised in this module
         return kind, error_message(kind, detail=str(e))
     if isinstance(e, PdsError):

@@ -127,6 +127,27 @@ def test_overlong_line_is_an_error() -> None:
         d.feed(b"data: " + b"x" * 200)
 
 
+def test_a_line_of_several_mib_in_many_reads_is_one_event_and_over_16_mib_one_error() -> None:
+    """Providers send one long line for a big event (a Responses ``response.completed`` with
+    thousands of citations): the default bound (16 MiB) takes it, read in pieces; past it,
+    one clear error that names the bound and the fault's fixed detail."""
+    MiB = 1024 * 1024
+    for decoder, head in ((SSEDecoder(), b"data: "), (NDJSONDecoder(), b"")):
+        body = head + b'{"x":"' + b"y" * (5 * MiB) + b'"}\n\n'
+        got: list[object] = []
+        for i in range(0, len(body), 65536):
+            got += decoder.feed(body[i:i + 65536])
+        got += decoder.close()
+        assert len(got) == 1 and len(got[0].data if isinstance(got[0], SSEEvent) else got[0]) == 5 * MiB + 8
+    for decoder, head in ((SSEDecoder(), b"data: "), (NDJSONDecoder(), b"")):
+        piece = b"z" * 65536
+        with pytest.raises(ProviderError, match="longer than 16 MiB") as exc:
+            decoder.feed(head)
+            for _ in range(16 * 16 + 1):
+                decoder.feed(piece)
+        assert exc.value.status == 200 and exc.value.fault.detail == "LINE_TOO_LONG"
+
+
 def test_overlong_event_is_an_error() -> None:
     d = SSEDecoder(max_event_chars=100)
     with pytest.raises(ProviderError, match="larger than 100"):
