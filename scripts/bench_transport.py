@@ -3,7 +3,9 @@
 Feeds a realistic OpenAI chat.completion.chunk stream (~200 B per event) to SSEDecoder
 in three read patterns and prints the median cost per event over many runs:
 one event per read (typical), 16 events per read (bursty), and every event split in
-two reads (a frame across TCP segments). Also NDJSON lines for Ollama.
+two reads (a frame across TCP segments). Also NDJSON lines for Ollama, and one long
+line (15 MiB, as a Responses ``response.completed`` with thousands of citations grows)
+arriving in 64 KiB reads: kept in pieces and joined once, not copied on every read.
 
     .venv/bin/python scripts/bench_transport.py
 """
@@ -44,6 +46,20 @@ def per_event(reads: list[bytes], n_events: int, make, runs: int = RUNS) -> str:
     return f"median {statistics.median(samples) / 1000:6.2f} µs   min {min(samples) / 1000:6.2f} µs"
 
 
+def long_line(make, head: bytes, runs: int = 9) -> str:
+    """Median ms to frame one 15 MiB line that arrives in 64 KiB reads."""
+    body = head + b"x" * (15 * 1024 * 1024) + b"\n\n"
+    reads = [body[i:i + 65536] for i in range(0, len(body), 65536)]
+    samples = []
+    for _ in range(runs):
+        d = make()
+        t0 = time.perf_counter()
+        got = sum(len(d.feed(r)) for r in reads) + len(d.close())
+        samples.append((time.perf_counter() - t0) * 1000)
+        assert got == 1, got
+    return f"median {statistics.median(samples):6.1f} ms"
+
+
 def main() -> None:
     chunks = [openai_chunk(i) for i in range(EVENTS)]
     size = statistics.mean(len(c) for c in chunks)
@@ -59,6 +75,8 @@ def main() -> None:
     print(f"  each event in two reads {per_event(split, EVENTS, SSEDecoder)}")
     print(f"  CRLF, one per read      {per_event(crlf, EVENTS, SSEDecoder)}")
     print(f"NDJSON line, one per read {per_event(nd, EVENTS, NDJSONDecoder)}")
+    print(f"one 15 MiB SSE line       {long_line(SSEDecoder, b'data: ')}")
+    print(f"one 15 MiB NDJSON line    {long_line(NDJSONDecoder, b'')}")
 
 
 if __name__ == "__main__":
