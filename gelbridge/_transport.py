@@ -259,12 +259,14 @@ class SSEDecoder:
             raise self._too_long()
         self._line = tail
         self._line_len = len(tail)
+        if not lines:
+            return []
         return self._lines(lines)
 
     def _too_long(self) -> ProviderError:
         return _framing_error(
-            f"event-stream line longer than {_bound(self.max_line_chars, 'characters')}; "
-            "the provider is not sending server-sent events",
+            f"event-stream line longer than {_bound(self.max_line_chars, 'characters')}, gelbridge's bound "
+            "(or the provider is not sending server-sent events)",
             "LINE_TOO_LONG")
 
     def close(self) -> list[SSEEvent]:
@@ -397,8 +399,8 @@ class NDJSONDecoder:
 
     def _too_long(self) -> ProviderError:
         return _framing_error(
-            f"NDJSON line longer than {_bound(self.max_line_bytes, 'bytes')}; "
-            "the provider is not sending newline-delimited JSON", "LINE_TOO_LONG")
+            f"NDJSON line longer than {_bound(self.max_line_bytes, 'bytes')}, gelbridge's bound "
+            "(or the provider is not sending newline-delimited JSON)", "LINE_TOO_LONG")
 
 
 # ======================================================================================
