@@ -237,13 +237,14 @@ class Bridge:
         tracing.configure(self.settings.observability)
         listen = self.settings.observability.listen
         if listen:
-            from gelbridge._observability import Metrics, Watched
+            from gelbridge._observability import HttpLimits, Metrics, Watched
 
             if self.metrics is None:
                 self.metrics = Metrics()  # one registry for every account (labelled by account)
             self.watched = Watched(self.metrics, lambda: [(c.label, c.worker) for c in self._by_did.values()],
                                    lambda: self.sources if self._serving else None)
-            await self.watched.bind(listen)  # first: a taken port ends the start before any login or write
+            # first: a taken port ends the start before any login or write
+            await self.watched.bind(listen, HttpLimits.of(self.settings.observability))
         adopted = self._adopted
         started: list[AccountContext] = []
         try:

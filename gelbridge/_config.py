@@ -245,6 +245,10 @@ class ObservabilityConfig(_Section):
     ``traces = true`` sends OpenTelemetry traces (the ``otel`` extra) over OTLP/HTTP."""
 
     listen: str | None = None
+    #: connections the listener serves at once; more are answered 503 and closed at once
+    max_connections: int = Field(256, ge=1, le=4096, strict=True)
+    #: seconds one request may take, reading it and writing the answer
+    request_timeout: float = Field(5.0, gt=0, le=300, strict=True)
     traces: bool = False
     #: OTLP/HTTP traces endpoint; unset: $OTEL_EXPORTER_OTLP_TRACES_ENDPOINT, else
     #: http://localhost:4318/v1/traces (the OpenTelemetry SDK's own defaults)

@@ -308,11 +308,12 @@ class Fleet:
         listen = self.settings.observability.listen
         obs_task: asyncio.Task[None] | None = None
         if listen:
-            from gelbridge._observability import Metrics, Watched
+            from gelbridge._observability import HttpLimits, Metrics, Watched
 
             self.metrics = Metrics()
             self.watched = Watched(self.metrics, self._workers, self._sources)
-            await self.watched.bind(listen)  # first: a taken port ends the start before anything is opened
+            # first: a taken port ends the start before anything is opened
+            await self.watched.bind(listen, HttpLimits.of(self.settings.observability))
         try:
             if self.store is None:
                 self.store = await open_state(self.settings)
