@@ -25,10 +25,13 @@ from __future__ import annotations
 import asyncio
 import errno
 import logging
+import math
 import socket
 import string
 import time
-from collections.abc import Awaitable, Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from http import HTTPStatus
 from typing import IO, Any
 
 from gelbridge._config import split_listen
@@ -49,6 +52,7 @@ class Metrics:
         from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram  # only with [observability] listen
 
         self.registry = CollectorRegistry()
+        self.changes = 0  # counts the turns and tool runs counted: a cached exposition is then stale
         r = self.registry
         self.turns = Counter("gelbridge_turns", "Replies finished, by final status.", ["account", "status"], registry=r)
         self.bridge_ms = Histogram("gelbridge_bridge_overhead_ms", "gelbridge's own work per turn (ms): "
@@ -85,6 +89,7 @@ class Metrics:
 
     def turn_finished(self, account: str, report: Any) -> None:
         """Count a finished turn (a ``worker.turn.TurnReport``)."""
+        self.changes += 1
         self.turns.labels(account, str(report.status)).inc()
         t = report.timing
         self.bridge_ms.labels(account).observe(max(0.0, float(t.bridge_ms)))
@@ -101,6 +106,7 @@ class Metrics:
             self.turn_latency.labels(account).observe(max(0.0, float(t.total_ms)) / 1000)
 
     def tool_outcome(self, account: str, is_error: bool) -> None:
+        self.changes += 1
         self.tool_runs.labels(account, "error" if is_error else "ok").inc()
 
     def exposition(self) -> bytes:
@@ -121,7 +127,155 @@ class Readiness:
         return (not waiting, "ready\n" if not waiting else "not ready: " + "; ".join(waiting) + "\n")
 
 
-_Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
+@dataclass(frozen=True)
+class HttpLimits:
+    """What the health/metrics server lets its clients take, so that a flood of them costs
+    the turns nothing: ``max_connections`` open at once (the next one is answered 503 and
+    closed at once), ``request_timeout`` seconds a connection lives, from its accept to its
+    answer's last byte, and ``max_head`` bytes of request line and headers (414 or 431
+    beyond). One request a connection. An unchanged exposition is served again for
+    ``metrics_cache`` seconds; a failing accept (out of file descriptors) pauses accepting
+    for ``accept_pause`` seconds and is logged at most once every ``warn_every``."""
+
+    max_connections: int = 256
+    request_timeout: float = 5.0
+    max_head: int = 16 * 1024
+    metrics_cache: float = 1.0
+    accept_pause: float = 0.5
+    warn_every: float = 60.0
+
+    @classmethod
+    def of(cls, observability: Any) -> HttpLimits:
+        """The limits an ``[observability]`` section sets."""
+        return cls(max_connections=observability.max_connections, request_timeout=observability.request_timeout)
+
+
+#: (method, path) -> (status line's status, content type, body)
+Respond = Callable[[str, str], tuple[str, str, bytes]]
+
+
+class _BadHead(Exception):
+    """A request head gelbridge does not read: answered with ``status``, then closed."""
+
+    def __init__(self, status: HTTPStatus) -> None:
+        self.status = status
+
+
+async def read_head(reader: asyncio.StreamReader, max_head: int) -> tuple[str, str]:
+    """(method, path) of the request on ``reader``, once its head (request line and headers,
+    skipped) is read; :class:`_BadHead` when it is longer than ``max_head`` bytes or is no
+    request line. ``reader``'s own limit (``max_head``) bounds what one line may buffer."""
+    try:
+        line = await reader.readuntil(b"\n")
+    except asyncio.LimitOverrunError:
+        raise _BadHead(HTTPStatus.REQUEST_URI_TOO_LONG) from None
+    size = len(line)
+    try:
+        while (header := await reader.readuntil(b"\n")) not in (b"\r\n", b"\n"):
+            size += len(header)
+            if size > max_head:
+                raise _BadHead(HTTPStatus.REQUEST_HEADER_FIELDS_TOO_LARGE)
+    except asyncio.LimitOverrunError:
+        raise _BadHead(HTTPStatus.REQUEST_HEADER_FIELDS_TOO_LARGE) from None
+    parts = line.decode("latin-1").split()
+    if len(parts) < 2:
+        raise _BadHead(HTTPStatus.BAD_REQUEST)
+    return parts[0], parts[1].split("?", 1)[0]
+
+
+def _response(status: str, ctype: str, body: bytes, *, head_only: bool = False) -> bytes:
+    head = (f"HTTP/1.1 {status}\r\nContent-Type: {ctype}\r\nContent-Length: {len(body)}\r\n"
+            "Connection: close\r\n\r\n").encode()
+    return head if head_only else head + body
+
+
+_BUSY = _response("503 Service Unavailable", "text/plain", b"busy: too many connections\n")
+_NO_ACCEPT_ERRORS = (BlockingIOError, InterruptedError, ConnectionAbortedError)  # the next accept may work
+
+
+class HttpServer:
+    """Listening sockets and gelbridge's own accept loop on each: asyncio's (``start_server``)
+    holds every connection it accepts, until the process runs out of file descriptors, and
+    then logs up to 100 tracebacks a second. Here at most ``max_connections`` are served at
+    once, each within ``request_timeout``; a failing accept pauses, said once a while."""
+
+    def __init__(self, sockets: list[socket.socket], respond: Respond, limits: HttpLimits) -> None:
+        self.sockets = sockets
+        self.limits = limits
+        self._respond = respond
+        self._loop = asyncio.get_running_loop()
+        self._open: set[asyncio.Task[None]] = set()
+        self._warned_at = -math.inf
+        self._accepting = [asyncio.create_task(self._accept(s), name="observability-accept") for s in sockets]
+
+    async def _accept(self, sock: socket.socket) -> None:
+        while True:
+            try:
+                conn, _ = await self._loop.sock_accept(sock)
+            except _NO_ACCEPT_ERRORS:
+                continue
+            except OSError as e:  # EMFILE, ENFILE, ENOBUFS, ENOMEM: the kernel keeps the rest waiting
+                self._accept_failed(e)
+                await asyncio.sleep(self.limits.accept_pause)
+                continue
+            if len(self._open) >= self.limits.max_connections:
+                _refuse(conn)
+            else:
+                task = asyncio.create_task(self._serve(conn), name="observability-request")
+                self._open.add(task)
+                task.add_done_callback(self._open.discard)
+            await asyncio.sleep(0)  # a connection flood takes turns with everything else
+
+    def _accept_failed(self, e: OSError) -> None:
+        now = time.monotonic()
+        if now - self._warned_at >= self.limits.warn_every:
+            self._warned_at = now
+            name = errno.errorcode.get(e.errno or 0, type(e).__name__)
+            log.warning("health and metrics: cannot accept a connection (%s: %s; %d open here); new ones wait "
+                        "(said at most every %g s)", name, e.strerror, len(self._open), self.limits.warn_every)
+
+    async def _serve(self, conn: socket.socket) -> None:
+        writer: asyncio.StreamWriter | None = None
+        try:
+            async with asyncio.timeout(self.limits.request_timeout):
+                reader, writer = await asyncio.open_connection(sock=conn, limit=self.limits.max_head)
+                try:
+                    method, path = await read_head(reader, self.limits.max_head)
+                    answer = _response(*self._respond(method, path), head_only=method == "HEAD")
+                except _BadHead as e:
+                    answer = _response(f"{e.status.value} {e.status.phrase}", "text/plain", b"")
+                writer.write(answer)
+                writer.close()
+                await writer.wait_closed()  # the answer's last byte sent (or the client gone)
+        except (TimeoutError, OSError, EOFError):  # slow, gone, or closed before its head ended
+            pass
+        finally:
+            if writer is not None:
+                writer.transport.abort()  # nothing once closed; else no waiting for a slow reader
+            else:
+                conn.close()
+
+    def close(self) -> None:
+        """Stop accepting and end every open connection."""
+        for task in (*self._accepting, *self._open):
+            task.cancel()
+        for s in self.sockets:
+            if s.fileno() != -1:
+                self._loop.remove_reader(s.fileno())
+                s.close()
+
+    async def wait_closed(self) -> None:
+        await asyncio.gather(*self._accepting, *self._open, return_exceptions=True)
+
+
+def _refuse(conn: socket.socket) -> None:
+    """Answer 503 if the socket takes it now, and close: no task, no buffer, no wait."""
+    try:
+        conn.send(_BUSY)
+    except OSError:
+        pass
+    conn.close()
+
 
 
 def listen_problem(listen: str, e: OSError) -> str:
@@ -138,68 +292,75 @@ def listen_problem(listen: str, e: OSError) -> str:
     return f"{where}: cannot listen there ({e.strerror or type(e).__name__}); pick another address"
 
 
-async def bind_http(listen: str, handle: _Handler) -> asyncio.Server:
-    """Listen on ``listen`` (``host:port``; port 0 picks one) now; :class:`ConfigError`
-    with :func:`listen_problem`'s line when that fails."""
+async def bind_sockets(listen: str) -> list[socket.socket]:
+    """Listening sockets on ``listen`` (``host:port``; port 0 picks one), one an address
+    the host has (as ``asyncio.start_server`` binds); :class:`ConfigError` with
+    :func:`listen_problem`'s line when that fails."""
     host, port = split_listen(listen)
+    socks: list[socket.socket] = []
     try:
-        return await asyncio.start_server(handle, host, port)
+        infos = await asyncio.get_running_loop().getaddrinfo(host, port, type=socket.SOCK_STREAM,
+                                                             flags=socket.AI_PASSIVE)
+        for family, addr in dict.fromkeys((info[0], info[4]) for info in infos):
+            socks.append(socket.create_server(addr, family=family, backlog=128))
     except OSError as e:
+        for s in socks:
+            s.close()
         raise ConfigError(listen_problem(listen, e)) from None
+    for s in socks:
+        s.setblocking(False)
+    return socks
+
+
+async def bind_http(listen: str, respond: Respond, limits: HttpLimits | None = None) -> HttpServer:
+    """Serve ``respond`` on ``listen`` within ``limits``; bound when this returns."""
+    return HttpServer(await bind_sockets(listen), respond, limits or HttpLimits())
 
 
 async def probe_listen(listen: str) -> str | None:
     """``gelbridge check``: bind ``listen`` and release it at once; the problem, or None."""
-
-    async def refuse(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        writer.close()
-
     try:
-        server = await bind_http(listen, refuse)
+        socks = await bind_sockets(listen)
     except ConfigError as e:
         return str(e)
-    server.close()
-    await server.wait_closed()
+    for s in socks:
+        s.close()
     return None
 
 
 async def serve_http(listen: str, metrics: Metrics, readiness: Readiness,
-                     before_scrape: Callable[[], None] | None = None) -> asyncio.Server:
+                     before_scrape: Callable[[], None] | None = None,
+                     limits: HttpLimits | None = None) -> HttpServer:
     """Start the health/metrics server on ``listen`` (``host:port``; port 0 picks one);
     bound when this returns (:class:`ConfigError` when it cannot be)."""
     from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
+    limits = limits or HttpLimits()
+    rendered: tuple[int, float, bytes] | None = None  # (metrics.changes, when, exposition)
 
-    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        try:
-            line = await asyncio.wait_for(reader.readline(), 5)
-            while (await asyncio.wait_for(reader.readline(), 5)) not in (b"\r\n", b"\n", b""):
-                pass  # headers: not needed
-            parts = line.decode("latin-1").split()
-            path = parts[1].split("?", 1)[0] if len(parts) >= 2 else ""
-            if len(parts) < 2 or parts[0] not in ("GET", "HEAD"):
-                status, ctype, body = "405 Method Not Allowed", "text/plain", b"GET only\n"
-            elif path == "/healthz":
-                status, ctype, body = "200 OK", "text/plain", b"ok\n"
-            elif path == "/readyz":
-                ok, text = readiness.check()
-                status, ctype, body = ("200 OK" if ok else "503 Service Unavailable"), "text/plain", text.encode()
-            elif path == "/metrics":
-                if before_scrape is not None:
-                    before_scrape()
-                status, ctype, body = "200 OK", CONTENT_TYPE_LATEST, metrics.exposition()
-            else:
-                status, ctype, body = "404 Not Found", "text/plain", b"not found: /healthz, /readyz, /metrics\n"
-            head = (f"HTTP/1.1 {status}\r\nContent-Type: {ctype}\r\nContent-Length: {len(body)}\r\n"
-                    "Connection: close\r\n\r\n").encode()
-            writer.write(head + (body if parts[:1] != ["HEAD"] else b""))
-            await writer.drain()
-        except (TimeoutError, ConnectionError, asyncio.IncompleteReadError):
-            pass
-        finally:
-            writer.close()
+    def scrape() -> bytes:
+        """The exposition, rendered again once a turn moved a metric or ``metrics_cache`` passed."""
+        nonlocal rendered
+        now = time.monotonic()
+        if rendered is None or rendered[0] != metrics.changes or now - rendered[1] >= limits.metrics_cache:
+            if before_scrape is not None:
+                before_scrape()
+            rendered = (metrics.changes, now, metrics.exposition())
+        return rendered[2]
 
-    server = await bind_http(listen, handle)
+    def respond(method: str, path: str) -> tuple[str, str, bytes]:
+        if method not in ("GET", "HEAD"):
+            return "405 Method Not Allowed", "text/plain", b"GET only\n"
+        if path == "/healthz":
+            return "200 OK", "text/plain", b"ok\n"
+        if path == "/readyz":
+            ok, text = readiness.check()
+            return ("200 OK" if ok else "503 Service Unavailable"), "text/plain", text.encode()
+        if path == "/metrics":
+            return "200 OK", CONTENT_TYPE_LATEST, scrape()
+        return "404 Not Found", "text/plain", b"not found: /healthz, /readyz, /metrics\n"
+
+    server = await bind_http(listen, respond, limits)
     bound = server.sockets[0].getsockname()
     log.info("health and metrics on http://%s:%s (/healthz, /readyz, /metrics)", bound[0], bound[1])
     return server
@@ -345,13 +506,13 @@ class Watched:
             if src.last_event_at is not None:
                 m.event_age.labels(name).set(now - src.last_event_at)
 
-    http: asyncio.Server | None = None
+    http: HttpServer | None = None
 
-    async def bind(self, listen: str) -> None:
+    async def bind(self, listen: str, limits: HttpLimits = HttpLimits()) -> None:
         """Listen on ``listen`` now, serving ``/healthz``, ``/readyz``, ``/metrics``
         (:class:`ConfigError` with one line when it cannot): before "ready"."""
         if self.http is None:
-            self.http = await serve_http(listen, self.metrics, Readiness(self.probes), self.before_scrape)
+            self.http = await serve_http(listen, self.metrics, Readiness(self.probes), self.before_scrape, limits)
 
     async def serve(self, listen: str) -> None:
         """:meth:`bind` (if not bound yet), then serve until cancelled; closed at the end."""
