@@ -239,12 +239,7 @@ class HttpServer:
         try:
             async with asyncio.timeout(self.limits.request_timeout):
                 reader, writer = await asyncio.open_connection(sock=conn, limit=self.limits.max_head)
-                try:
-                    method, path = await read_head(reader, self.limits.max_head)
-                    answer = _response(*self._respond(method, path), head_only=method == "HEAD")
-                except _BadHead as e:
-                    answer = _response(f"{e.status.value} {e.status.phrase}", "text/plain", b"")
-                writer.write(answer)
+                writer.write(await self._answer(reader))
                 writer.close()
                 await writer.wait_closed()  # the answer's last byte sent (or the client gone)
         except (TimeoutError, OSError, EOFError):  # slow, gone, or closed before its head ended
@@ -254,6 +249,18 @@ class HttpServer:
                 writer.transport.abort()  # nothing once closed; else no waiting for a slow reader
             else:
                 conn.close()
+
+    async def _answer(self, reader: asyncio.StreamReader) -> bytes:
+        """The answer to the request on ``reader`` (OSError, EOFError: the client went)."""
+        try:
+            method, path = await read_head(reader, self.limits.max_head)
+        except _BadHead as e:
+            return _response(f"{e.status.value} {e.status.phrase}", "text/plain", b"")
+        try:
+            return _response(*self._respond(method, path), head_only=method == "HEAD")
+        except Exception:  # a bug of ours (a gauge, the readiness probe): said, and the server goes on
+            log.exception("health and metrics: cannot answer a request")
+            return _response("500 Internal Server Error", "text/plain", b"")
 
     def close(self) -> None:
         """Stop accepting and end every open connection."""
@@ -275,7 +282,6 @@ def _refuse(conn: socket.socket) -> None:
     except OSError:
         pass
     conn.close()
-
 
 
 def listen_problem(listen: str, e: OSError) -> str:
