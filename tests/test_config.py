@@ -159,3 +159,23 @@ def test_the_listen_address_says_what_is_wrong_with_it(tmp_path: Path) -> None:
     for wrong in ("127.0.0.1", ":9464", "localhost:http", "127.0.0.1:-1"):
         with pytest.raises(ConfigError, match=r'\[observability\] listen: must be "host:port", e.g. "127.0.0.1:9464"$'):
             listen(wrong)
+
+
+def test_the_listeners_bounds_are_checked_strictly(tmp_path: Path) -> None:
+    tries = iter(range(100))
+
+    def observability(text: str) -> tuple[int, float]:
+        obs = load_config(write(tmp_path / str(next(tries)), f"[observability]\n{text}\n"), env={}).observability
+        return obs.max_connections, obs.request_timeout
+
+    assert observability("") == (256, 5.0)
+    assert observability("max_connections = 32\nrequest_timeout = 2") == (32, 2.0)
+    for wrong, says in (("max_connections = 0", "greater than or equal to 1"),
+                        ("max_connections = 5000", "less than or equal to 4096"),
+                        ("max_connections = true", "a valid integer"),
+                        ('request_timeout = "5"', "a valid number"),
+                        ("request_timeout = 0", "greater than 0"),
+                        ("request_timeout = 301", "less than or equal to 300")):
+        key = wrong.split()[0]
+        with pytest.raises(ConfigError, match=rf"\[observability\] {key}: Input should be {says}"):
+            observability(wrong)
