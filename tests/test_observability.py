@@ -306,7 +306,9 @@ async def test_a_slow_client_is_closed_after_the_request_deadline() -> None:
         await stopped(server)
 
 
-async def test_the_configured_cap_answers_busy_past_it_and_healthz_answers_again_after(tmp_path: Path) -> None:
+async def test_past_the_configured_cap_the_oldest_silent_client_makes_room_so_a_probe_is_answered(
+    tmp_path: Path,
+) -> None:
     path = tmp_path / "gelbridge.toml"
     path.write_text('[observability]\nlisten = "127.0.0.1:0"\nmax_connections = 4\nrequest_timeout = 30\n')
     obs = load_config(path, env={}).observability
@@ -314,19 +316,17 @@ async def test_the_configured_cap_answers_busy_past_it_and_healthz_answers_again
     await watched.bind(obs.listen or "", HttpLimits.of(obs))
     assert watched.http is not None
     port = watched.http.sockets[0].getsockname()[1]
-    held = []
+    conns = []
     try:
-        for _ in range(4):
-            held.append(await asyncio.open_connection("127.0.0.1", port))
+        for _ in range(7):  # silent clients, one after the other
+            conns.append(await asyncio.open_connection("127.0.0.1", port))
             await asyncio.sleep(0.05)
-        await asyncio.sleep(0.3)
-        extra = [await asyncio.open_connection("127.0.0.1", port) for _ in range(3)]
-        answers = [await answered_or_closed(r, 5) for r, _ in extra]
-        for _, w in extra:
-            w.close()
-        assert all(a is not None and (a == b"" or a.startswith(b"HTTP/1.1 503 ")) for a in answers), answers
-        assert [await answered_or_closed(r, 0.1) for r, _ in held] == [None] * 4  # the 4 wait their turn
-        for _, w in held:
+        ends = await asyncio.gather(*(answered_or_closed(r, 1) for r, _ in conns))
+        assert [e is None for e in ends] == [False] * 3 + [True] * 4, ends  # 4 held: the newest
+        assert all(e == b"" or (e or b"").startswith(b"HTTP/1.1 503 ") for e in ends[:3]), ends
+        # every slot is held by a silent client, and a probe is answered at once
+        assert (await get(port, timeout=2))[0] == 200
+        for _, w in conns:
             w.close()
         assert await healthy_within(port, 10)
     finally:
