@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import errno
+import functools
 import logging
 import math
 import socket
@@ -130,9 +131,10 @@ class Readiness:
 @dataclass(frozen=True)
 class HttpLimits:
     """What the health/metrics server lets its clients take, so that a flood of them costs
-    the turns nothing: ``max_connections`` open at once (the next one is answered 503 and
-    closed at once), ``request_timeout`` seconds a connection lives, from its accept to its
-    answer's last byte, and ``max_head`` bytes of request line and headers (414 or 431
+    the turns nothing: ``max_connections`` open at once (past it, the oldest connection still
+    sending its head is answered 503 and closed to make room, or, when every one is being
+    answered, the new one), ``request_timeout`` seconds a connection lives, from its accept
+    to its answer's last byte, and ``max_head`` bytes of request line and headers (414 or 431
     beyond). One request a connection. An unchanged exposition is served again for
     ``metrics_cache`` seconds; a failing accept (out of file descriptors) pauses accepting
     for ``accept_pause`` seconds and is logged at most once every ``warn_every``."""
@@ -197,7 +199,10 @@ class HttpServer:
     """Listening sockets and gelbridge's own accept loop on each: asyncio's (``start_server``)
     holds every connection it accepts, until the process runs out of file descriptors, and
     then logs up to 100 tracebacks a second. Here at most ``max_connections`` are served at
-    once, each within ``request_timeout``; a failing accept pauses, said once a while."""
+    once, each within ``request_timeout``; a failing accept pauses, said once a while.
+
+    At the cap, the oldest connection still sending its head makes room: clients that hold
+    a connection open and send little cannot keep a probe out (its head comes at once)."""
 
     def __init__(self, sockets: list[socket.socket], respond: Respond, limits: HttpLimits) -> None:
         self.sockets = sockets
@@ -205,6 +210,7 @@ class HttpServer:
         self._respond = respond
         self._loop = asyncio.get_running_loop()
         self._open: set[asyncio.Task[None]] = set()
+        self._reading: dict[asyncio.Task[None], None] = {}  # those still reading their head, oldest first
         self._warned_at = -math.inf
         self._accepting = [asyncio.create_task(self._accept(s), name="observability-accept") for s in sockets]
 
@@ -218,13 +224,29 @@ class HttpServer:
                 self._accept_failed(e)
                 await asyncio.sleep(self.limits.accept_pause)
                 continue
-            if len(self._open) >= self.limits.max_connections:
-                _refuse(conn)
-            else:
+            if len(self._open) < self.limits.max_connections or self._make_room():
                 task = asyncio.create_task(self._serve(conn), name="observability-request")
                 self._open.add(task)
-                task.add_done_callback(self._open.discard)
+                self._reading[task] = None
+                task.add_done_callback(functools.partial(self._ended, conn))
+            else:
+                _refuse(conn)
             await asyncio.sleep(0)  # a connection flood takes turns with everything else
+
+    def _make_room(self) -> bool:
+        """End the oldest connection still reading its head; False when none is."""
+        if not self._reading:
+            return False
+        oldest = next(iter(self._reading))
+        self._ended(None, oldest)
+        oldest.cancel()  # answered 503 (see _serve), closed at its next step
+        return True
+
+    def _ended(self, conn: socket.socket | None, task: asyncio.Task[None]) -> None:
+        self._open.discard(task)
+        self._reading.pop(task, None)
+        if conn is not None:
+            conn.close()  # nothing once its transport closed it; a task cancelled before it ran
 
     def _accept_failed(self, e: OSError) -> None:
         now = time.monotonic()
@@ -244,6 +266,10 @@ class HttpServer:
                 await writer.wait_closed()  # the answer's last byte sent (or the client gone)
         except (TimeoutError, OSError, EOFError):  # slow, gone, or closed before its head ended
             pass
+        except asyncio.CancelledError:  # it made room for a newer one, or the server closes
+            if writer is not None and not writer.is_closing():
+                writer.write(_BUSY)  # into the socket now, if it takes it: abort() drops the rest
+            raise
         finally:
             if writer is not None:
                 writer.transport.abort()  # nothing once closed; else no waiting for a slow reader
@@ -256,6 +282,9 @@ class HttpServer:
             method, path = await read_head(reader, self.limits.max_head)
         except _BadHead as e:
             return _response(f"{e.status.value} {e.status.phrase}", "text/plain", b"")
+        finally:
+            if (task := asyncio.current_task()) is not None:
+                self._reading.pop(task, None)  # no longer one that makes room
         try:
             return _response(*self._respond(method, path), head_only=method == "HEAD")
         except Exception:  # a bug of ours (a gauge, the readiness probe): said, and the server goes on
@@ -308,7 +337,8 @@ async def bind_sockets(listen: str) -> list[socket.socket]:
         infos = await asyncio.get_running_loop().getaddrinfo(host, port, type=socket.SOCK_STREAM,
                                                              flags=socket.AI_PASSIVE)
         for family, addr in dict.fromkeys((info[0], info[4]) for info in infos):
-            socks.append(socket.create_server(addr, family=family, backlog=128))
+            # a burst waits in the kernel's queue (no descriptor of ours), not for the clients' SYN retries
+            socks.append(socket.create_server(addr, family=family, backlog=1024))
     except OSError as e:
         for s in socks:
             s.close()
