@@ -245,7 +245,8 @@ class ObservabilityConfig(_Section):
     ``traces = true`` sends OpenTelemetry traces (the ``otel`` extra) over OTLP/HTTP."""
 
     listen: str | None = None
-    #: connections the listener serves at once; more are answered 503 and closed at once
+    #: connections the listener serves at once; past it, the oldest still sending its request
+    #: is answered 503 and closed to make room
     max_connections: int = Field(256, ge=1, le=4096, strict=True)
     #: seconds one request may take, reading it and writing the answer
     request_timeout: float = Field(5.0, gt=0, le=300, strict=True)
