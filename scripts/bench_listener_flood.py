@@ -267,8 +267,9 @@ async def main_async(args: argparse.Namespace) -> None:
                 results[name] = await one_run(tree, flood, args, pds, model, base)
                 print(f"  done: {name}", file=sys.stderr, flush=True)
     print(f"\n{args.messages} messages one at a time; worker RLIMIT_NOFILE 1024; before = {args.before}")
+    print("turn ms: median, a message's commit to its reply's final write; cpu s/s: the worker's CPU seconds a\n"
+          "second over the turns; log B/s: its log; healthz: fresh probes answered 200 (of those made)")
     print(f"{'run':<16} {'turn ms':>9} {'cpu s/s':>9} {'log B/s':>11}   healthz   how the turns ended")
-    print("               (median, commit → final write)")
     for name, r in results.items():
         show(name, r)
 
