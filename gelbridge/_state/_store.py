@@ -276,6 +276,25 @@ class StateStore:
         )
         return [self._claim(r) for r in rows]
 
+    async def lost_claims(self, account: str, error_kind: str) -> list[Claim]:
+        """Claims ``cancelled`` with ``error_kind``: given up as someone else's reply, which
+        may still be unfinished (the recovery sweep looks at their replies again)."""
+        rows = await self._read(
+            f"SELECT {self._CLAIM_COLS} FROM claims WHERE account = ? AND status = 'cancelled' AND error_kind = ? "
+            "ORDER BY created_at, reply_rkey",
+            (account, error_kind),
+        )
+        return [self._claim(r) for r in rows]
+
+    async def held_claim(self, account: str, reply_rkey: str) -> Claim | None:
+        """The claim on ``reply_rkey``, read after the account's fence (as a write is): in
+        a fleet, ``LeaseLost`` unless this worker's lease is current in the database."""
+        async with self._tx() as db:
+            await self._fenced(db, account)
+            row = (await db.execute(f"SELECT {self._CLAIM_COLS} FROM claims WHERE {self._CLAIM_WHERE}",
+                                    (account, reply_rkey))).first()
+        return self._claim(row) if row is not None else None
+
     async def is_finished(self, account: str, reply_rkey: str) -> bool:
         claim = await self.get_claim(account, reply_rkey)
         return claim is not None and claim.status in FINAL_STATUSES

@@ -70,7 +70,7 @@ from gelbridge._worker.turn import (
     write_refused_reply,
 )
 from gelbridge._worker.watch import stop_tasks
-from gelbridge._worker.writer import ReplyWriter
+from gelbridge._worker.writer import CLAIM_LOST, CLAIMED_ELSEWHERE, REPLY_DELETED, Authority, ReplyWriter
 
 log = logging.getLogger("gelbridge.worker")
 
@@ -424,7 +424,21 @@ class Worker:
             update_interval=self.settings.replies.update_interval,
             max_write_bytes=self.settings.replies.max_write_bytes,
             reserve_points=self.settings.replies.reserve_points,
+            authority=self._authority(ask.reply_rkey),
         )
+
+    def _authority(self, reply_rkey: str) -> Authority | None:
+        """In a fleet, who may write a reply is the lease's and the shared claim's to say,
+        not the record's: a swap that fails on it asks this (``ReplyWriter._swap``).
+        Outside a fleet there is no such authority: a changed reply is someone else's."""
+        if self.fence is None:
+            return None
+
+        async def still_ours() -> bool:
+            claim = await self.store.held_claim(self.did, reply_rkey)  # LeaseLost once the lease is gone
+            return claim is not None and claim.status not in FINAL_STATUSES
+
+        return still_ours
 
     async def _claim_and_submit(self, ask: Ask, received: float, *, existing: Any) -> EventOutcome:
         rk = ask.reply_rkey
@@ -574,14 +588,19 @@ class Worker:
             pass
 
     async def recover_claims(self) -> int:
-        """Finish claims of this worker left unfinished (crash, PDS outage during a claim)."""
+        """Finish claims of this worker left unfinished (crash, PDS outage during a claim),
+        and look again at the replies of claims given up as someone else's
+        (:meth:`_recheck_lost`)."""
         n = 0
-        for claim in await self.store.unfinished_claims(self.did):
+        unfinished = [(c, self._recover) for c in await self.store.unfinished_claims(self.did)]
+        lost = [(c, self._recheck_lost) for c in await self.store.lost_claims(self.did, CLAIM_LOST)]
+        for claim, recover in unfinished + lost:
             if self.scheduler.is_active(claim.reply_rkey):
                 continue
-            n += 1
+            if recover == self._recover:
+                n += 1
             try:
-                await self._recover(claim)
+                await recover(claim)
             except PdsError as e:
                 log.warning("recovery of %s postponed (%s)", claim.reply_rkey, type(e).__name__)
             except Exception as e:  # noqa: BLE001 - one claim never stops the sweep
@@ -615,6 +634,25 @@ class Worker:
             await self.store.update_claim_status(self.did, claim.reply_rkey, ReplyStatus.CANCELLED)
         except ClaimConflict:
             await self.store.update_claim_status(self.did, claim.reply_rkey, ReplyStatus.CANCELLED, "claimed_elsewhere")
+
+    async def _recheck_lost(self, claim: Claim) -> None:
+        """A claim given up as someone else's reply (``claim_lost``) whose reply may still be
+        unfinished: a safety net, so no reply stays ``streaming`` for good. A reply finished
+        or deleted meanwhile closes the claim; an unfinished one is resumed here in a fleet
+        (the lease makes it this worker's), else once it is stale (its writer is gone)."""
+        rk = claim.reply_rkey
+        reply = await self.view.get(rk, fresh=True)
+        if reply is None or reply[1].get("status") in FINAL_STATUSES:
+            status = claim_status(reply[1]["status"]) if reply is not None else ReplyStatus.CANCELLED
+            await self.store.update_claim_status(self.did, rk, status, CLAIMED_ELSEWHERE if reply else REPLY_DELETED)
+            return
+        decision = decide_existing_reply(reply[1], ours=self.fence is not None,
+                                         stale_after=self.settings.worker.stale_claim_after)
+        if decision is SlotDecision.FOREIGN:
+            return  # another gelbridge writes it: the next sweep looks again
+        log.warning("reply %s was given up as someone else's but is still unfinished; finishing it", rk)
+        await self.store.update_claim_status(self.did, rk, ReplyStatus.PENDING)
+        await self._recover(claim)
 
     async def sweep_loop(self, interval: float = 30.0, *, at_start: bool = False) -> None:
         """Until cancelled: :meth:`recover_claims` every ``interval`` s, and at once after

@@ -89,7 +89,7 @@ from gelbridge._worker.decide import Ask, error_message, reply_error_kind
 from gelbridge._worker.repo import RepoView, SideRecords, load_thread
 from gelbridge._worker.resume import DENIED_NOT_RUN, ResumePoint, resume_point
 from gelbridge._worker.timing import ReadClock, reading, start_reads, stop_reads
-from gelbridge._worker.writer import ReplyWriter, content_bytes, fit_parts, size_bound
+from gelbridge._worker.writer import CLAIMED_ELSEWHERE, ReplyWriter, content_bytes, fit_parts, size_bound
 from gelbridge.lux import ConversionStatus, Diagnostic, LuxResponse, Options, StreamAccumulator, ToolKind
 from gelbridge.lux import Tool as LuxTool
 
@@ -832,8 +832,7 @@ async def run_turn(deps: TurnDeps, job: TurnJob) -> TurnReport:
     except ClaimConflict:
         stop_reads(reads_token)
         log.warning("reply %s was taken over by someone else; dropping this turn", job.ask.reply_rkey)
-        await deps.store.update_claim_status(deps.did, job.ask.reply_rkey, ReplyStatus.CANCELLED, "claim_lost")
-        return TurnReport(TurnOutcome.LOST, "claim_lost",
+        return TurnReport(TurnOutcome.LOST, await mark_lost(deps, writer),
                           await _timing(deps, job, TurnOutcome.LOST, queue_ms, start, timer, state.cache), state.steps,
                           writer.progress_writes, writer.points, output_tokens=state.cache.output)
     except LeaseLost:
@@ -886,11 +885,10 @@ async def run_turn(deps: TurnDeps, job: TurnJob) -> TurnReport:
         await deps.store.update_claim_status(deps.did, job.ask.reply_rkey, status, error_kind)
         outcome = TurnOutcome(status)
     except ClaimConflict:
-        # Someone else changed the reply since our last write: it is theirs now. Mark the
-        # claim lost so recovery does not keep retrying a reply that is no longer ours.
+        # Someone else changed the reply since our last write (and, in a fleet, finished
+        # or deleted it): it is theirs now. The claim says so (mark_lost).
         log.warning("reply %s was taken over by someone else before the final write", job.ask.reply_rkey)
-        await deps.store.update_claim_status(deps.did, job.ask.reply_rkey, ReplyStatus.CANCELLED, "claim_lost")
-        error_kind = "claim_lost"
+        error_kind = await mark_lost(deps, writer)
         outcome = TurnOutcome.LOST
     except LeaseLost:  # nothing more is written: the claim stays open for the lease's new holder
         log.warning("reply %s: this worker lost the account's lease before the final write; the worker that "
@@ -938,8 +936,7 @@ async def write_refused_reply(
                            error=ReplyError(kind="server_error", message=error_message("server_error",
                                                                                       detail=REFUSED_MESSAGE)))
     except ClaimConflict:
-        await deps.store.update_claim_status(deps.did, reply_rkey, ReplyStatus.CANCELLED, "claim_lost")
-        return TurnOutcome.LOST, "claim_lost"
+        return TurnOutcome.LOST, await mark_lost(deps, writer)
     except Exception as e:  # noqa: BLE001
         log.error("minimal error reply for %s not written either (%s); the sweep retries it", reply_rkey,
                   type(e).__name__)
@@ -947,6 +944,16 @@ async def write_refused_reply(
         return TurnOutcome.UNFINISHED, WRITE_REFUSED
     await deps.store.update_claim_status(deps.did, reply_rkey, ReplyStatus.ERROR, WRITE_REFUSED)
     return TurnOutcome.ERROR, WRITE_REFUSED
+
+
+async def mark_lost(deps: TurnDeps, writer: ReplyWriter) -> str:
+    """Set the claim of a reply this worker gave up (``ClaimConflict``) from what its
+    writer saw of the record (:meth:`ReplyWriter.lost_claim`); the error kind to report."""
+    after = writer.lost_claim()
+    if after is None:  # the claim is finished already
+        return CLAIMED_ELSEWHERE
+    await deps.store.update_claim_status(deps.did, writer.reply_rkey, *after)
+    return after[1]
 
 
 def _label(s: str) -> str:

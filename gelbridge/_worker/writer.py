@@ -23,7 +23,14 @@ progress write is cut the same way.
 Every write after the claim swaps on the CID this writer last wrote, so a reply that
 someone else changed (another worker took it over, the app deleted it) is never
 overwritten: the write raises :class:`~gelbridge._errors.ClaimConflict` and the turn
-stops. Content is sealed with the user message's keyId; a message the app sent as
+stops. **In a fleet** the record is not the authority: the lease and the shared claim
+(PostgreSQL) are. A write an earlier holder of the lease sent before it stopped may land
+after this worker read the record, and this worker's next swap then fails; so a writer
+given an ``authority`` (:meth:`ReplyWriter._swap`) asks it whether the reply is still
+its to write, re-reads the record, and writes on from its current CID, unless the
+record is gone or finished (then the reply is left as it is). That is bounded
+(:data:`SWAP_RETRIES`, :data:`SWAP_RETRY_SECONDS`); past it the write fails with a
+``server_error``, never a reply given up. Content is sealed with the user message's keyId; a message the app sent as
 ``plainContent`` (no keyId, PROTOCOL.md §1) gets a plain reply; when the keyId is not in
 the keyring (an error reply for an undecryptable message) the content is an empty
 ``plainContent``, which carries nothing.
@@ -34,12 +41,13 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
-from gelbridge._errors import ClaimConflict, GelbridgeError
+from gelbridge._errors import ClaimConflict, GelbridgeError, PdsError
 from gelbridge._pds import PUT_RECORD_POINTS
 from gelbridge._records.constants import (
+    FINAL_STATUSES,
     MESSAGE_COLLECTION,
     ROLE_ASSISTANT,
     ReplyStatus,
@@ -178,6 +186,23 @@ def progress_gap(interval: float, pds: Any, reserve_points: int) -> float | None
     return interval * SPACING if used >= SPACE_OUT_AT else interval
 
 
+#: A swap that fails on a reply this worker still holds (its ``authority`` says so) is
+#: retried on the re-read record at most this many times, and within this many seconds.
+SWAP_RETRIES = 3
+SWAP_RETRY_SECONDS = 10.0
+
+#: What a lost reply's claim is set to, by what the writer last saw of the record
+#: (:meth:`ReplyWriter.lost_claim`).
+CLAIM_LOST = "claim_lost"  # changed by someone else and not finished: the sweep looks at it again
+CLAIMED_ELSEWHERE = "claimed_elsewhere"  # finished by someone else
+REPLY_DELETED = "reply_deleted"
+
+#: ``() -> bool``: may this worker still write the reply, whatever its record says (in a
+#: fleet: its lease, checked in the database, and the shared claim not finished)? False
+#: when the claim is finished or gone; raises ``LeaseLost`` when the lease is.
+Authority = Callable[[], Awaitable[bool]]
+
+
 class ReplyWriter:
     """Writes one reply record; serialises its writes and tracks the CID to swap on."""
 
@@ -196,6 +221,7 @@ class ReplyWriter:
         reserve_points: int = 100,
         created_at: str | None = None,
         clock: Callable[[], float] = time.monotonic,
+        authority: Authority | None = None,
     ) -> None:
         self.pds = pds
         self.view = view
@@ -218,6 +244,13 @@ class ReplyWriter:
         self.writes = 0  # record writes that landed (claim, progress, checkpoints, final)
         self.checkpoints = 0
         self.lost = False  # someone else changed the record: stop writing
+        #: None: a failed swap means the reply is someone else's; else it is asked (a fleet)
+        self.authority = authority
+        self.swap_retries = 0  # writes done again on a re-read record (a fleet's late writes)
+        #: what the record held when this writer gave it up: a final status, "deleted",
+        #: or None (changed, or not read again)
+        self.lost_to: str | None = None
+        self._claim_done = False  # the authority said the claim is finished: leave it
         self._clock = clock
         self._lock = asyncio.Lock()
         self._last_progress = clock()
@@ -265,6 +298,71 @@ class ReplyWriter:
         self.cid = res.cid
         self.status = value["status"]
         self.view.put(self.reply_rkey, res.cid, value)
+
+    async def _swap(self, value: dict[str, Any], *, must_land: bool = False) -> None:
+        """Write ``value`` swapping on the CID last written (under the lock). A failed swap
+        raises :class:`ClaimConflict`, unless this worker still holds the reply (its
+        ``authority``): then the record is read again and, when it is neither gone nor
+        finished, written on from its current CID (bounded; past the bound, a
+        ``server_error``)."""
+        deadline = time.monotonic() + SWAP_RETRY_SECONDS
+        tries = 0
+        while True:
+            try:
+                await self._put(value, swap=self.cid, must_land=must_land)
+                return
+            except ClaimConflict:
+                if self.authority is None:
+                    raise
+            if tries == SWAP_RETRIES or time.monotonic() > deadline:
+                raise self._unresolved(tries)
+            tries += 1
+            await self._take_current()
+
+    async def _take_current(self) -> None:
+        """After a failed swap on a reply this worker holds: swap next on the record's
+        current CID, or raise ClaimConflict when the reply is finished or gone (it is left
+        as it is). The record's content is never logged."""
+        assert self.authority is not None
+        if not await self.authority():
+            self._claim_done = True
+            raise ClaimConflict(f"reply {self.reply_rkey}: its claim is finished; not writing it again")
+        try:
+            entry = await self.view.get(self.reply_rkey, fresh=True)
+        except PdsError as e:  # counted as a try: the next one reads again
+            log.warning("reply %s: re-reading it after a failed swap failed (%s)", self.reply_rkey, type(e).__name__)
+            await asyncio.sleep(0.2)
+            return
+        if entry is None:
+            self.lost_to = "deleted"
+            raise ClaimConflict(f"reply {self.reply_rkey} was deleted; not writing it again")
+        status = entry[1].get("status")
+        if status in FINAL_STATUSES:
+            self.lost_to = str(status)
+            raise ClaimConflict(f"reply {self.reply_rkey} was finished by someone else; not overwriting it")
+        log.warning("reply %s changed under this worker's write, which still holds its claim (a late write "
+                    "of an earlier holder?): writing on from its current version", self.reply_rkey)
+        self.cid = entry[0]
+        self.swap_retries += 1
+
+    def _unresolved(self, tries: int) -> GelbridgeError:
+        log.error("reply %s: still no write after %d re-read(s) of its record; giving up this write",
+                  self.reply_rkey, tries)
+        err = GelbridgeError(f"reply {self.reply_rkey} kept changing while gelbridge wrote it "
+                             f"({tries} re-read(s) of the record); ask again")
+        err.kind = "server_error"
+        return err
+
+    def lost_claim(self) -> tuple[ReplyStatus, str] | None:
+        """The claim's status and error kind for a reply this writer gave up (ClaimConflict),
+        or None to leave the claim as it is (it is finished already)."""
+        if self._claim_done:
+            return None
+        if self.lost_to == "deleted":
+            return ReplyStatus.CANCELLED, REPLY_DELETED
+        if self.lost_to in FINAL_STATUSES:
+            return ReplyStatus(self.lost_to), CLAIMED_ELSEWHERE
+        return ReplyStatus.CANCELLED, CLAIM_LOST
 
     @property
     def points(self) -> int:
@@ -319,7 +417,7 @@ class ReplyWriter:
             async with self._lock:
                 if self.lost:
                     return
-                await self._put(value, swap=self.cid)
+                await self._swap(value)
             self.progress_writes += 1
         except ClaimConflict:
             self.lost = True
@@ -342,7 +440,7 @@ class ReplyWriter:
         t0 = time.perf_counter()
         try:
             async with self._lock:
-                await self._put(value, swap=self.cid)
+                await self._swap(value)
         except ClaimConflict:
             self.lost = True
             raise
@@ -384,6 +482,11 @@ class ReplyWriter:
             effort=effort, usage=usage, finish_reason=finish_reason, error=error,
         )
         t0 = time.perf_counter()
-        async with self._lock:
-            await self._put(value, swap=self.cid, must_land=True)
-        self.write_ms += (time.perf_counter() - t0) * 1000
+        try:
+            async with self._lock:
+                await self._swap(value, must_land=True)
+        except ClaimConflict:
+            self.lost = True
+            raise
+        finally:
+            self.write_ms += (time.perf_counter() - t0) * 1000
