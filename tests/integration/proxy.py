@@ -38,9 +38,6 @@ class TcpProxy:
         self.posts: list[float] = []
         self._server: asyncio.base_events.Server | None = None
         self._conns: set[asyncio.StreamWriter] = set()
-        self._hold: bytes | None = None
-        self.held = asyncio.Event()  # set once the request hold() asked for is being held
-        self._released = asyncio.Event()
         self._hold: Hold | None = None
         self._serving: set[asyncio.Task[None]] = set()
 
@@ -77,10 +74,6 @@ class TcpProxy:
                 while data := await src.read(65536):
                     if upstream and data.startswith(b"POST /xrpc/"):
                         self.posts.append(time.time())
-                    if upstream and self._hold is not None and data.startswith(self._hold):
-                        self._hold = None
-                        self.held.set()
-                        await self._released.wait()  # this connection sends nothing more until then
                     hold = self._hold
                     if upstream and hold is not None and data.startswith(hold.prefix):
                         self._hold = None
@@ -96,18 +89,6 @@ class TcpProxy:
         await asyncio.gather(pipe(r, uw, True), pipe(ur, w, False))
         self._conns -= {w, uw}
 
-    def hold(self, prefix: bytes) -> None:
-        """Hold the next request whose first bytes are ``prefix`` (and whatever follows it on
-        its connection) until :meth:`release`: the server sees none of it until then."""
-        self.held.clear()
-        self._released.clear()
-        self._hold = prefix
-
-    def release(self) -> None:
-        """Send the held request on (it reaches the server now, and its answer comes back)."""
-        self._hold = None
-        self._released.set()
-
     async def outage(self) -> None:
         """Stop listening and cut every open connection."""
         if self._server is not None:
@@ -122,7 +103,6 @@ class TcpProxy:
         await self.start()
 
     async def aclose(self) -> None:
-        self.release()
         await self.outage()
         if self._serving:  # the cut connections' pipes end by themselves: let them
             await asyncio.wait(set(self._serving), timeout=5)
