@@ -25,7 +25,7 @@ import logging
 import os
 import time
 from collections import defaultdict
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
@@ -66,6 +66,7 @@ from gelbridge._worker.turn import (
     TurnJob,
     TurnOutcome,
     TurnReport,
+    mark_lost,
     run_turn,
     write_refused_reply,
 )
@@ -592,20 +593,22 @@ class Worker:
         and look again at the replies of claims given up as someone else's
         (:meth:`_recheck_lost`)."""
         n = 0
-        unfinished = [(c, self._recover) for c in await self.store.unfinished_claims(self.did)]
-        lost = [(c, self._recheck_lost) for c in await self.store.lost_claims(self.did, CLAIM_LOST)]
-        for claim, recover in unfinished + lost:
-            if self.scheduler.is_active(claim.reply_rkey):
-                continue
-            if recover == self._recover:
+        for claim in await self.store.unfinished_claims(self.did):
+            if not self.scheduler.is_active(claim.reply_rkey):
                 n += 1
-            try:
-                await recover(claim)
-            except PdsError as e:
-                log.warning("recovery of %s postponed (%s)", claim.reply_rkey, type(e).__name__)
-            except Exception as e:  # noqa: BLE001 - one claim never stops the sweep
-                await self._record_failed(claim.reply_rkey, e, "recovery")
+                await self._sweep_one(claim, self._recover)
+        for claim in await self.store.lost_claims(self.did, CLAIM_LOST):
+            if not self.scheduler.is_active(claim.reply_rkey):
+                await self._sweep_one(claim, self._recheck_lost)
         return n
+
+    async def _sweep_one(self, claim: Claim, recover: Callable[[Claim], Awaitable[None]]) -> None:
+        try:
+            await recover(claim)
+        except PdsError as e:
+            log.warning("recovery of %s postponed (%s)", claim.reply_rkey, type(e).__name__)
+        except Exception as e:  # noqa: BLE001 - one claim never stops the sweep
+            await self._record_failed(claim.reply_rkey, e, "recovery")
 
     async def _recover(self, claim: Claim) -> None:
         entry = await self.view.get(claim.message_rkey, fresh=True)
@@ -633,7 +636,7 @@ class Worker:
             await writer.final([], status=ReplyStatus.CANCELLED)
             await self.store.update_claim_status(self.did, claim.reply_rkey, ReplyStatus.CANCELLED)
         except ClaimConflict:
-            await self.store.update_claim_status(self.did, claim.reply_rkey, ReplyStatus.CANCELLED, "claimed_elsewhere")
+            await mark_lost(self.deps, writer)
 
     async def _recheck_lost(self, claim: Claim) -> None:
         """A claim given up as someone else's reply (``claim_lost``) whose reply may still be

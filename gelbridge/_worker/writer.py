@@ -305,7 +305,7 @@ class ReplyWriter:
         ``authority``): then the record is read again and, when it is neither gone nor
         finished, written on from its current CID (bounded; past the bound, a
         ``server_error``)."""
-        deadline = time.monotonic() + SWAP_RETRY_SECONDS
+        deadline: float | None = None  # from the first failed swap (a must_land write may wait long before)
         tries = 0
         while True:
             try:
@@ -314,6 +314,7 @@ class ReplyWriter:
             except ClaimConflict:
                 if self.authority is None:
                     raise
+            deadline = deadline if deadline is not None else time.monotonic() + SWAP_RETRY_SECONDS
             if tries == SWAP_RETRIES or time.monotonic() > deadline:
                 raise self._unresolved(tries)
             tries += 1
