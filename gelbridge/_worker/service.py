@@ -71,7 +71,14 @@ from gelbridge._worker.turn import (
     write_refused_reply,
 )
 from gelbridge._worker.watch import stop_tasks
-from gelbridge._worker.writer import CLAIM_LOST, CLAIMED_ELSEWHERE, REPLY_DELETED, Authority, ReplyWriter
+from gelbridge._worker.writer import (
+    CLAIM_LOST,
+    CLAIMED_ELSEWHERE,
+    REPLY_DELETED,
+    Authority,
+    ReplyWriter,
+    claim_authority,
+)
 
 log = logging.getLogger("gelbridge.worker")
 
@@ -432,14 +439,7 @@ class Worker:
         """In a fleet, who may write a reply is the lease's and the shared claim's to say,
         not the record's: a swap that fails on it asks this (``ReplyWriter._swap``).
         Outside a fleet there is no such authority: a changed reply is someone else's."""
-        if self.fence is None:
-            return None
-
-        async def still_ours() -> bool:
-            claim = await self.store.held_claim(self.did, reply_rkey)  # LeaseLost once the lease is gone
-            return claim is not None and claim.status not in FINAL_STATUSES
-
-        return still_ours
+        return claim_authority(self.store, self.did, reply_rkey) if self.fence is not None else None
 
     async def _claim_and_submit(self, ask: Ask, received: float, *, existing: Any) -> EventOutcome:
         rk = ask.reply_rkey

@@ -203,6 +203,18 @@ REPLY_DELETED = "reply_deleted"
 Authority = Callable[[], Awaitable[bool]]
 
 
+def claim_authority(store: Any, did: str, reply_rkey: str) -> Authority:
+    """The :data:`Authority` of a fleet's worker over one reply: the shared claim on it is
+    not finished, read through the account's fence (``StateStore.held_claim``: in a
+    fleet, ``LeaseLost`` unless this worker's lease is current in the database)."""
+
+    async def still_ours() -> bool:
+        claim = await store.held_claim(did, reply_rkey)
+        return claim is not None and claim.status not in FINAL_STATUSES
+
+    return still_ours
+
+
 class ReplyWriter:
     """Writes one reply record; serialises its writes and tracks the CID to swap on."""
 

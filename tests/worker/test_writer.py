@@ -123,3 +123,178 @@ async def test_a_progress_write_is_cut_to_fit_one_record() -> None:
     rec = MessageRecord.from_value(pds.puts[-1][1])
     opened = content_of(rec.content, uri=f"at://{DID}/chat.gel.assistant.message/3mk.r0", keyring=kr)
     assert 0 < len(opened.parts[0].text) <= w.content_budget and set(opened.parts[0].text) == {"z"}
+
+
+# --- a failed swap on a reply the writer still holds (a fleet: issue 23) ---------------------------
+
+
+class Authority:
+    """The fleet's word on whether the reply is still this writer's (the lease and the
+    shared claim): ``answer`` is returned, or raised when it is an exception."""
+
+    def __init__(self, answer: bool | Exception = True) -> None:
+        self.answer = answer
+        self.asked = 0
+
+    async def __call__(self) -> bool:
+        self.asked += 1
+        if isinstance(self.answer, Exception):
+            raise self.answer
+        return self.answer
+
+
+def held_writer(pds: FakePds, kr: Keyring, kid: str, authority: Authority, clock: Clock | None = None) -> ReplyWriter:
+    return ReplyWriter(pds, RepoView(pds, DID), reply_rkey="3mk.r0", message_rkey="3mk", conversation="3mc",
+                       key_id=kid, keyring=kr, update_interval=2.0, clock=clock or Clock(), authority=authority)
+
+
+def late_write(pds: FakePds, status: str = "streaming", cid: str = "late") -> None:
+    """Someone else's write lands on the reply (an earlier holder's, sent before it stopped)."""
+    cur = pds.records["3mk.r0"]
+    pds.records["3mk.r0"] = (cid, {**cur[1], "status": status})
+
+
+def opened_text(kr: Keyring, value: dict[str, Any]) -> str:
+    rec = MessageRecord.from_value(value)
+    content = content_of(rec.content, uri=f"at://{DID}/chat.gel.assistant.message/3mk.r0", keyring=kr)
+    return "".join(p.text for p in content.parts)
+
+
+async def test_a_late_write_is_written_over_when_the_authority_says_the_reply_is_still_ours(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    pds, kr = FakePds(), Keyring()
+    kid = kr.add_new("k1")
+    clock = Clock()
+    authority = Authority(True)
+    w = held_writer(pds, kr, kid, authority, clock)
+    await w.claim()
+    late_write(pds)
+    clock.t = 3
+    w.maybe_progress(lambda: [TextPart(text="secret words")])  # a progress write: re-read, then written
+    await w.settle()
+    assert pds.puts[-1][2] == "late" and pds.puts[-1][1]["status"] == "streaming"
+    assert w.progress_writes == 1 and w.swap_retries == 1 and not w.lost and authority.asked == 1
+    late_write(pds, cid="later")
+    await w.final([TextPart(text="secret answer")], status="complete")  # the final write too
+    assert pds.puts[-1][2] == "later" and opened_text(kr, pds.puts[-1][1]) == "secret answer"
+    assert w.swap_retries == 2 and w.cid == pds.records["3mk.r0"][0]
+    assert "secret" not in caplog.text and "writing on from its current version" in caplog.text
+
+
+@pytest.mark.parametrize(("status", "claim"), [("complete", ("complete", "claimed_elsewhere")),
+                                               ("error", ("error", "claimed_elsewhere")),
+                                               ("cancelled", ("cancelled", "claimed_elsewhere")),
+                                               (None, ("cancelled", "reply_deleted"))])
+async def test_a_reply_finished_or_deleted_by_someone_else_is_left_as_it_is(
+    status: str | None, claim: tuple[str, str],
+) -> None:
+    pds, kr = FakePds(), Keyring()
+    kid = kr.add_new("k1")
+    w = held_writer(pds, kr, kid, Authority(True))
+    await w.claim()
+    if status is None:
+        del pds.records["3mk.r0"]
+    else:
+        late_write(pds, status=status)
+    writes = len(pds.puts)
+    with pytest.raises(ClaimConflict):
+        await w.checkpoint([TextPart(text="x")])
+    with pytest.raises(ClaimConflict):
+        await w.final([TextPart(text="y")], status="complete")
+    assert len(pds.puts) == writes and w.lost  # nothing written over it
+    assert w.lost_claim() == claim
+
+
+async def test_a_reply_whose_claim_is_finished_is_not_written_and_its_claim_left_alone() -> None:
+    pds, kr = FakePds(), Keyring()
+    kid = kr.add_new("k1")
+    w = held_writer(pds, kr, kid, Authority(False))
+    await w.claim()
+    late_write(pds)
+    with pytest.raises(ClaimConflict):
+        await w.final([TextPart(text="y")], status="complete")
+    assert len(pds.puts) == 1 and w.lost_claim() is None
+
+
+async def test_a_writer_that_lost_its_lease_stops_without_a_write() -> None:
+    from gelbridge._errors import LeaseLost
+
+    pds, kr = FakePds(), Keyring()
+    kid = kr.add_new("k1")
+    w = held_writer(pds, kr, kid, Authority(LeaseLost("gone")))
+    await w.claim()
+    late_write(pds)
+    with pytest.raises(LeaseLost):
+        await w.final([TextPart(text="y")], status="complete")
+    assert len(pds.puts) == 1
+
+
+async def test_without_an_authority_a_changed_reply_is_someone_elses_and_its_claim_lost() -> None:
+    pds, kr = FakePds(), Keyring()
+    kid = kr.add_new("k1")
+    w = ReplyWriter(pds, RepoView(pds, DID), reply_rkey="3mk.r0", message_rkey="3mk", conversation="3mc",
+                    key_id=kid, keyring=kr)
+    await w.claim()
+    late_write(pds)
+    with pytest.raises(ClaimConflict):
+        await w.final([TextPart(text="y")], status="complete")
+    assert len(pds.puts) == 1 and w.swap_retries == 0
+    assert w.lost_claim() == ("cancelled", "claim_lost")
+
+
+class RacingPds(FakePds):
+    """Someone else writes the reply again before each of our writes lands."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.attempts = 0
+
+    async def put_record(self, collection: str, rkey: str, value: dict[str, Any], *, swap_record: Any,
+                         must_land: bool = False) -> Any:
+        if swap_record is not None:
+            self.attempts += 1
+            late_write(self, cid=f"race{self.attempts}")
+        return await super().put_record(collection, rkey, value, swap_record=swap_record, must_land=must_land)
+
+
+class UnreadablePds(FakePds):
+    async def get_record(self, collection: str, rkey: str, *, repo: str | None = None) -> Any:
+        from gelbridge._errors import PdsError
+
+        raise PdsError("getRecord failed", status=400)
+
+
+@pytest.mark.parametrize("pds_type", [RacingPds, UnreadablePds])
+async def test_re_reading_is_bounded_and_ends_in_a_server_error(pds_type: type[FakePds]) -> None:
+    from gelbridge._errors import GelbridgeError
+    from gelbridge._worker.writer import SWAP_RETRIES
+
+    pds, kr = pds_type(), Keyring()
+    kid = kr.add_new("k1")
+    w = held_writer(pds, kr, kid, Authority(True))
+    await w.claim()
+    if pds_type is UnreadablePds:
+        late_write(pds)
+    with pytest.raises(GelbridgeError, match="kept changing") as err:
+        await w.final([TextPart(text="y")], status="complete")
+    assert err.value.kind == "server_error" and not isinstance(err.value, ClaimConflict)
+    assert len(pds.puts) == 1  # only the claim landed
+    if isinstance(pds, RacingPds):
+        assert pds.attempts == SWAP_RETRIES + 1 and w.swap_retries == SWAP_RETRIES
+
+
+async def test_re_reading_is_bounded_in_time(monkeypatch: pytest.MonkeyPatch) -> None:
+    from gelbridge._errors import GelbridgeError
+    from gelbridge._worker import writer
+
+    monkeypatch.setattr(writer, "SWAP_RETRY_SECONDS", -1.0)
+    pds, kr = FakePds(), Keyring()
+    kid = kr.add_new("k1")
+    authority = Authority(True)
+    w = held_writer(pds, kr, kid, authority)
+    await w.claim()
+    late_write(pds)
+    with pytest.raises(GelbridgeError, match="kept changing"):
+        await w.final([TextPart(text="y")], status="complete")
+    assert authority.asked == 0 and len(pds.puts) == 1
