@@ -14,6 +14,7 @@ from gelbridge._errors import ConfigError, LeaseLost
 from gelbridge._fleet import Lease, LeaseBook
 from gelbridge._state import CallRef, SqliteStore
 from gelbridge._state._postgres import PostgresStore
+from gelbridge._worker.writer import claim_authority
 
 KEYS = [f"acct{i}.test" for i in range(6)]
 
@@ -144,3 +145,24 @@ async def test_a_member_skips_the_accounts_it_just_failed_to_serve(postgres_url:
     assert sorted(got.taken) == KEYS[2:]  # the others may take those two meanwhile
     got = await a.beat(got.held)
     assert KEYS[0] in got.taken and KEYS[1] in got.taken  # the moment it no longer skips them
+
+
+async def test_whether_a_reply_is_still_ours_to_write_is_the_lease_and_the_claims_to_say(postgres_url: str) -> None:
+    """The writer's authority after a failed swap (``writer.claim_authority``): the shared
+    claim not finished, read through the fence, so a lease taken over says no at once."""
+    a, b = await books(postgres_url, 2, seconds=30.0)
+    lease = (await a.beat({})).held[KEYS[0]]
+    a.store.fence(["did:plc:a"], lease)
+    await a.store.record_claim("did:plc:a", "m1", 0, "m1.r0", "conv")
+    await a.store.record_claim("did:plc:a", "m2", 0, "m2.r0", "conv")
+    await a.store.update_claim_status("did:plc:a", "m2.r0", "complete")
+    ours = claim_authority(a.store, "did:plc:a", "m1.r0")
+    assert await ours()
+    assert not await claim_authority(a.store, "did:plc:a", "m2.r0")()  # finished
+    assert not await claim_authority(a.store, "did:plc:a", "m3.r0")()  # never claimed
+    assert await claim_authority(b.store, "did:plc:a", "m1.r0")()  # unfenced there (not a fleet's worker)
+    async with b.store.transaction() as db:  # type: ignore[attr-defined]  # a takeover
+        await db.execute("UPDATE leases SET owner = 'member-1', epoch = epoch + 1 WHERE account = ?", (KEYS[0],))
+    assert lease.left() > 20  # its own clock still trusts the lease: the database does not
+    with pytest.raises(LeaseLost):
+        await ours()

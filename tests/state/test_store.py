@@ -156,6 +156,22 @@ async def test_claims_lifecycle_and_crash_recovery_listing(open_store: OpenStore
             await s.update_claim_status("did:a", "m1.r0", "done")  # type: ignore[arg-type]
 
 
+async def test_claims_given_up_as_someone_elses_are_listed_for_the_sweep(open_store: OpenStore) -> None:
+    async with open_store() as s:
+        for m in ("m1", "m2", "m3", "m4"):
+            await s.record_claim("did:a", m, 0, f"{m}.r0", "conv")
+        await s.record_claim("did:b", "m1", 0, "m1.r0", "conv")
+        await s.update_claim_status("did:a", "m1.r0", "cancelled", error_kind="claim_lost")
+        await s.update_claim_status("did:a", "m2.r0", "cancelled")  # superseded: not someone else's
+        await s.update_claim_status("did:a", "m3.r0", "complete", error_kind="claimed_elsewhere")
+        await s.update_claim_status("did:b", "m1.r0", "cancelled", error_kind="claim_lost")
+        assert [c.reply_rkey for c in await s.lost_claims("did:a", "claim_lost")] == ["m1.r0"]
+        assert [c.account for c in await s.lost_claims("did:b", "claim_lost")] == ["did:b"]
+        held = await s.held_claim("did:a", "m4.r0")  # unfenced: read as a write would be
+        assert held is not None and held.status == "pending"
+        assert await s.held_claim("did:a", "missing.r0") is None
+
+
 async def test_two_accounts_sharing_a_store_have_their_own_claims_for_one_reply_key(open_store: OpenStore) -> None:
     async with open_store() as s:
         await s.record_claim("did:a", "m1", 0, "m1.r0", "conv-a")
