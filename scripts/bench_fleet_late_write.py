@@ -12,7 +12,7 @@ Reported per tree: runs whose reply was left unfinished (stuck at ``streaming``,
 after the release), runs in which A's write landed (HTTP 200) after B's read, the
 claims' ends, and the median seconds from the release to the reply's final status.
 
-"before" is ``gelbridge/`` of ``git merge-base HEAD main`` (or ``--before=REV``), "after"
+"before" is ``gelbridge/`` (and ``adapters/``) of ``git merge-base HEAD main`` (or ``--before=REV``), "after"
 the working tree; the harness (tests/) is the working tree's for both.
 
 Run: ``.venv/bin/python scripts/bench_fleet_late_write.py [--runs=8] [--step=0.1] [--before=REV]``.
@@ -37,9 +37,10 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def export_tree(rev: str, into: Path) -> Path:
-    """``gelbridge/`` of ``rev`` under ``into`` (tests/ stays the working tree's)."""
+    """``gelbridge/`` and the built-in ``adapters/`` of ``rev`` under ``into`` (tests/ stays
+    the working tree's)."""
     into.mkdir(parents=True, exist_ok=True)
-    archive = subprocess.run(["git", "-C", str(ROOT), "archive", rev, "gelbridge"], check=True,
+    archive = subprocess.run(["git", "-C", str(ROOT), "archive", rev, "gelbridge", "adapters"], check=True,
                              capture_output=True, timeout=120).stdout
     subprocess.run(["tar", "-x", "-C", str(into)], input=archive, check=True, timeout=120)
     return into
