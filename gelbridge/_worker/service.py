@@ -636,7 +636,7 @@ class Worker:
             await writer.final([], status=ReplyStatus.CANCELLED)
             await self.store.update_claim_status(self.did, claim.reply_rkey, ReplyStatus.CANCELLED)
         except ClaimConflict:
-            await mark_lost(self.deps, writer)
+            await mark_lost(self.store, self.did, writer)
 
     async def _recheck_lost(self, claim: Claim) -> None:
         """A claim given up as someone else's reply (``claim_lost``) whose reply may still be

@@ -832,7 +832,7 @@ async def run_turn(deps: TurnDeps, job: TurnJob) -> TurnReport:
     except ClaimConflict:
         stop_reads(reads_token)
         log.warning("reply %s was taken over by someone else; dropping this turn", job.ask.reply_rkey)
-        return TurnReport(TurnOutcome.LOST, await mark_lost(deps, writer),
+        return TurnReport(TurnOutcome.LOST, await mark_lost(deps.store, deps.did, writer),
                           await _timing(deps, job, TurnOutcome.LOST, queue_ms, start, timer, state.cache), state.steps,
                           writer.progress_writes, writer.points, output_tokens=state.cache.output)
     except LeaseLost:
@@ -888,7 +888,7 @@ async def run_turn(deps: TurnDeps, job: TurnJob) -> TurnReport:
         # Someone else changed the reply since our last write (and, in a fleet, finished
         # or deleted it): it is theirs now. The claim says so (mark_lost).
         log.warning("reply %s was taken over by someone else before the final write", job.ask.reply_rkey)
-        error_kind = await mark_lost(deps, writer)
+        error_kind = await mark_lost(deps.store, deps.did, writer)
         outcome = TurnOutcome.LOST
     except LeaseLost:  # nothing more is written: the claim stays open for the lease's new holder
         log.warning("reply %s: this worker lost the account's lease before the final write; the worker that "
@@ -936,7 +936,7 @@ async def write_refused_reply(
                            error=ReplyError(kind="server_error", message=error_message("server_error",
                                                                                       detail=REFUSED_MESSAGE)))
     except ClaimConflict:
-        return TurnOutcome.LOST, await mark_lost(deps, writer)
+        return TurnOutcome.LOST, await mark_lost(deps.store, deps.did, writer)
     except Exception as e:  # noqa: BLE001
         log.error("minimal error reply for %s not written either (%s); the sweep retries it", reply_rkey,
                   type(e).__name__)
@@ -946,13 +946,19 @@ async def write_refused_reply(
     return TurnOutcome.ERROR, WRITE_REFUSED
 
 
-async def mark_lost(deps: TurnDeps, writer: ReplyWriter) -> str:
+async def mark_lost(store: StateStore, did: str, writer: ReplyWriter) -> str:
     """Set the claim of a reply this worker gave up (``ClaimConflict``) from what its
-    writer saw of the record (:meth:`ReplyWriter.lost_claim`); the error kind to report."""
+    writer saw of the record (:meth:`ReplyWriter.lost_claim`); the error kind to report.
+    A lease lost meanwhile leaves the claim to the worker that holds the lease now."""
     after = writer.lost_claim()
     if after is None:  # the claim is finished already
         return CLAIMED_ELSEWHERE
-    await deps.store.update_claim_status(deps.did, writer.reply_rkey, *after)
+    try:
+        await store.update_claim_status(did, writer.reply_rkey, *after)
+    except LeaseLost:
+        log.warning("reply %s: this worker lost the account's lease; its claim is left to the lease's holder",
+                    writer.reply_rkey)
+        return LeaseLost.kind
     return after[1]
 
 

@@ -10,11 +10,15 @@ from pathlib import Path
 
 import pytest
 
-from gelbridge._errors import ConfigError, LeaseLost
+from gelbridge._errors import ClaimConflict, ConfigError, LeaseLost
 from gelbridge._fleet import Lease, LeaseBook
+from gelbridge._records.constants import ReplyStatus
 from gelbridge._state import CallRef, SqliteStore
 from gelbridge._state._postgres import PostgresStore
-from gelbridge._worker.writer import claim_authority
+from gelbridge._worker.repo import RepoView
+from gelbridge._worker.turn import mark_lost
+from gelbridge._worker.writer import ReplyWriter, claim_authority
+from testkit.worker_fakes import DID, FakePds
 
 KEYS = [f"acct{i}.test" for i in range(6)]
 
@@ -166,3 +170,25 @@ async def test_whether_a_reply_is_still_ours_to_write_is_the_lease_and_the_claim
     assert lease.left() > 20  # its own clock still trusts the lease: the database does not
     with pytest.raises(LeaseLost):
         await ours()
+
+
+async def test_a_reply_given_up_after_its_lease_was_lost_leaves_the_claim_to_the_lease_holder(
+    postgres_url: str,
+) -> None:
+    a, b = await books(postgres_url, 2, seconds=30.0)
+    lease = (await a.beat({})).held[KEYS[0]]
+    a.store.fence(["did:plc:a"], lease)
+    await a.store.record_claim("did:plc:a", "m1", 0, "m1.r0", "conv")
+    pds = FakePds()
+    w = ReplyWriter(pds, RepoView(pds, DID), reply_rkey="m1.r0", message_rkey="m1", conversation="conv",
+                    key_id=None, keyring={}, authority=claim_authority(a.store, "did:plc:a", "m1.r0"))
+    await w.claim()
+    cid, value = pds.records["m1.r0"]
+    pds.records["m1.r0"] = ("someone-else", {**value, "status": "complete"})  # finished elsewhere
+    with pytest.raises(ClaimConflict):
+        await w.final([], status=ReplyStatus.COMPLETE)
+    async with b.store.transaction() as db:  # type: ignore[attr-defined]  # then the lease is taken over
+        await db.execute("UPDATE leases SET owner = 'member-1', epoch = epoch + 1 WHERE account = ?", (KEYS[0],))
+    assert await mark_lost(a.store, "did:plc:a", w) == "lease_lost"  # no LeaseLost out of the turn
+    claim = await b.store.get_claim("did:plc:a", "m1.r0")
+    assert claim is not None and claim.status == "pending"  # the new holder settles it
