@@ -30,7 +30,9 @@ given an ``authority`` (:meth:`ReplyWriter._swap`) asks it whether the reply is 
 its to write, re-reads the record, and writes on from its current CID, unless the
 record is gone or finished (then the reply is left as it is). That is bounded
 (:data:`SWAP_RETRIES`, :data:`SWAP_RETRY_SECONDS`); past it the write fails with a
-``server_error``, never a reply given up. Content is sealed with the user message's keyId; a message the app sent as
+``server_error``, never a reply given up.
+
+Content is sealed with the user message's keyId; a message the app sent as
 ``plainContent`` (no keyId, PROTOCOL.md §1) gets a plain reply; when the keyId is not in
 the keyring (an error reply for an undecryptable message) the content is an empty
 ``plainContent``, which carries nothing.
