@@ -33,6 +33,11 @@ _ENGINE_MODULES = {"luajit": "lupa.luajit21", "lua54": "lupa.lua54"}
 # Instructions between two hook calls. Each hook call reads the clock (a call
 # into Python), so this trades overhead (~1 us per call) against reaction time.
 HOOK_EVERY = 10_000
+# Bytes of Lua memory kept free beyond a value's own size before it is pushed into a
+# runtime: what the push itself may allocate on top (string header, string table and
+# stack growth). Pushing happens outside any protected call, where running out of
+# memory is a PANIC that aborts the process, so it must never fail (see `_room_for`).
+PUSH_HEADROOM = 1024 * 1024
 # Lua pattern matching steps per second assumed when refusing a pattern whose
 # worst case would not fit in the remaining time (conservative for a slow core).
 PATTERN_STEPS_PER_SECOND = 20_000_000
@@ -172,8 +177,9 @@ class LuaSandbox:
             float(self.limits.max_instructions // HOOK_EVERY),
         )
 
-    def _violation(self, limit: str, what: str) -> SandboxViolation:
-        self.broken = True
+    def _violation(self, limit: str, what: str, *, broken: bool = True) -> SandboxViolation:
+        if broken:
+            self.broken = True
         err = SandboxViolation(
             f"adapter {self.adapter!r}: {what} exceeded the sandbox {limit} limit "
             f"({self._limit_text(limit)}); fix the script or raise the limit in [adapters]"
@@ -191,6 +197,20 @@ class LuaSandbox:
             "pattern": "string pattern too costly for its subject within the time limit",
             "string_size": f"strings up to {lim.max_string} bytes",
         }.get(limit, limit)
+
+    def _room_for(self, size: int, what: str) -> None:
+        """Refuse, before it is pushed, a value the runtime has no memory for.
+
+        Lua arguments are pushed outside a protected call: a push that runs out of memory
+        is a PANIC that aborts the whole process (every account on it), not a Lua error.
+        So the room is checked first, with one full collection when the garbage of earlier
+        calls is in the way. The runtime stays usable: nothing was pushed."""
+        rt, limit = self._rt, self.limits.max_memory
+        if rt.get_memory_used() + size + PUSH_HEADROOM <= limit:
+            return
+        rt.gccollect()
+        if rt.get_memory_used() + size + PUSH_HEADROOM > limit:
+            raise self._violation("memory", f"{what} (its input of {size} bytes)", broken=False)
 
     def _run(self, fn: Callable[..., Any], what: str, *args: Any) -> tuple[str, Any]:
         try:
@@ -214,6 +234,7 @@ class LuaSandbox:
         """
         import json
 
+        self._room_for(len(source), "loading the script")
         dl, budget = self._budget()
         status, value = self._run(
             self._load, "loading the script", source, b"@" + chunkname.encode(), dl, budget
@@ -240,6 +261,7 @@ class LuaSandbox:
         The per-call Python work is kept to the minimum (it runs once per stream chunk):
         the success case is decided on the raw bytes."""
         lim = self.limits
+        self._room_for(len(arg), fname)
         try:
             status, value = self._invoke(kind, fname_b, time.monotonic() + lim.time_limit,
                                          float(lim.max_instructions // HOOK_EVERY), arg, state)
@@ -282,13 +304,17 @@ class LuaSandbox:
         time_limit = self.limits.time_limit
         budget = float(self.limits.max_instructions // HOOK_EVERY)
         monotonic, memory_error, lua_error = time.monotonic, self._memory_error, self._lua_error
+        used, room = self._rt.get_memory_used, self.limits.max_memory - PUSH_HEADROOM
 
         def chunk(data: str) -> str | TextPiece:
             if self.broken:
                 raise AdapterError(f"adapter {self.adapter!r}: the Lua runtime of this stream was reset after "
                                    "a stream on it hit a sandbox limit; the stream cannot go on")
+            raw = data.encode("utf-8", "replace")
+            if used() + len(raw) > room:
+                self._room_for(len(raw), fname)
             try:
-                out = step(monotonic() + time_limit, budget, data.encode("utf-8", "replace"))
+                out = step(monotonic() + time_limit, budget, raw)
             except memory_error:
                 raise self._violation("memory", fname) from None
             except lua_error as e:
@@ -306,15 +332,18 @@ class LuaSandbox:
 
     def call_headers(self, meta_json: str) -> str | None:
         """Call ``adapter.build_headers(meta)``; returns a JSON object text or None."""
+        meta = meta_json.encode("utf-8", "replace")
+        self._room_for(len(meta), "build_headers")
         dl, budget = self._budget()
         status, value = self._run(
             self._invoke, "build_headers", b"headers", b"build_headers", dl, budget,
-            meta_json.encode("utf-8", "replace"), None,
+            meta, None,
         )
         return self._result("build_headers", status, value, allow_nil=True, expect="a table")
 
     def call_error(self, status: int, body: bytes) -> str | None:
         """Call ``adapter.transform_error(status, body)``; a JSON object text or None."""
+        self._room_for(len(body), "transform_error")
         dl, budget = self._budget()
         status_, value = self._run(
             self._invoke, "transform_error", b"error", b"transform_error", dl, budget, status, body,
@@ -323,9 +352,11 @@ class LuaSandbox:
 
     def call_url(self, model: str, stream: bool) -> str | None:
         """Call ``adapter.build_url(model, stream)``; returns a string or None."""
+        model_b = model.encode("utf-8", "replace")
+        self._room_for(len(model_b), "build_url")
         dl, budget = self._budget()
         status, value = self._run(
-            self._invoke, "build_url", b"url", b"build_url", dl, budget, model.encode(), stream
+            self._invoke, "build_url", b"url", b"build_url", dl, budget, model_b, stream
         )
         return self._result("build_url", status, value, allow_nil=True)
 
