@@ -105,6 +105,7 @@ async def check_settings(settings: Settings, *, environ: Mapping[str, str], logi
             rep.lines.append(f"health     {settings.observability.listen} is free (/healthz, /readyz, /metrics)")
     _check_state(settings, rep)
     _check_adapter_dirs(settings, rep)
+    _check_request_bound(settings, rep)
     adapters = _check_providers(settings, environ, rep)
     if probe:
         await _check_probes(settings, environ, rep)
@@ -178,6 +179,24 @@ def _check_adapter_dirs(settings: Settings, rep: CheckReport) -> None:
             what = "is not a directory" if path.exists() else "does not exist"
             rep.problems.append(f"[adapters] dirs: {path} {what}: create it (your .lua adapters go there) "
                                 "or take it out of dirs")
+
+
+#: How many times over an adapter's Lua runtime must hold the largest request: the
+#: request's JSON, its decoded tables and the provider body the script builds.
+REQUEST_MEMORY_FACTOR = 4
+
+
+def _check_request_bound(settings: Settings, rep: CheckReport) -> None:
+    """``[thread] max_request_bytes`` fits the adapters' memory (else every large thread
+    would end in a sandbox memory error instead of its clear "too large" reply)."""
+    need = settings.thread.max_request_bytes * REQUEST_MEMORY_FACTOR
+    have = settings.adapters.memory_limit_mb * 1024 * 1024
+    if need > have:
+        rep.problems.append(
+            f"[thread] max_request_bytes = {settings.thread.max_request_bytes}: an adapter needs about "
+            f"{REQUEST_MEMORY_FACTOR} times that in memory and [adapters] memory_limit_mb is "
+            f"{settings.adapters.memory_limit_mb}; raise memory_limit_mb to at least {-(-need // (1024 * 1024))} "
+            "or lower max_request_bytes")
 
 
 def _check_providers(settings: Settings, environ: Mapping[str, str], rep: CheckReport) -> AdapterRegistry | None:

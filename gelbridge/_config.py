@@ -203,6 +203,10 @@ class RelayConfig(_Section):
 
 class ThreadConfig(_Section):
     max_depth: int = 500
+    #: the largest model request a thread may make (its messages, files and images as the
+    #: adapter gets them); a larger one ends the turn with an error before any model call.
+    #: The adapter's Lua runtime must hold it a few times over ([adapters] memory_limit_mb)
+    max_request_bytes: int = Field(8 * 1024 * 1024, ge=64 * 1024)
 
 
 #: ``[watch] source`` → the function that builds its sources (``module:function``; see

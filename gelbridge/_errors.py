@@ -107,6 +107,23 @@ class ThreadTooDeepError(ThreadError):
     """The thread is longer than the configured limit."""
 
 
+class RequestTooLargeError(GelbridgeError):
+    """The model request a thread makes is larger than ``[thread] max_request_bytes``
+    (its message names sizes and the setting only)."""
+
+    kind = "invalid_request"
+
+    @classmethod
+    def of(cls, size: int, limit: int, what: str = "its request to the model would be") -> RequestTooLargeError:
+        return cls(f"this conversation is too large to send to the model: {what} {_mb(size)} and this "
+                   f"gelbridge sends at most {_mb(limit)} ([thread] max_request_bytes); start a new "
+                   "conversation, or send fewer or smaller files")
+
+
+def _mb(n: int) -> str:
+    return f"{n / (1024 * 1024):.1f} MB"
+
+
 # --- adapters, transport, providers -------------------------------------------------
 
 

@@ -170,3 +170,15 @@ probe = false
     bad.write_text(f'[providers.x]\nadapter = "openai"\nbase_url = "{url}"\nprob = false\n')
     with pytest.raises(ConfigError, match="did you mean .*probe"):
         load_config(bad, env={})
+
+
+def test_a_request_bound_the_adapters_cannot_hold_is_caught_at_start() -> None:
+    def problems(**cfg: object) -> list[str]:
+        rep = asyncio.run(check_settings(Settings.model_validate(cfg), environ={}, login=False, probe=False))
+        return [p for p in rep.problems if p.startswith("[thread] max_request_bytes")]
+
+    assert problems() == []  # the defaults: 8 MiB requests, 64 MB adapters
+    assert problems(thread={"max_request_bytes": 16 * 1024 * 1024}) == []
+    [p] = problems(thread={"max_request_bytes": 32 * 1024 * 1024})
+    assert "raise memory_limit_mb to at least 128 or lower max_request_bytes" in p
+    assert problems(thread={"max_request_bytes": 32 * 1024 * 1024}, adapters={"memory_limit_mb": 128}) == []

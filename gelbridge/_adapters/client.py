@@ -49,7 +49,15 @@ from gelbridge._adapters.contract import (
 from gelbridge._adapters.host import Adapter
 from gelbridge._adapters.ids import ToolCallIdMap, ToolCallIdRule
 from gelbridge._adapters.sandbox import TextPiece
-from gelbridge._errors import AdapterError, ConfigError, GelbridgeError, ProviderError, ProviderFault, known_code
+from gelbridge._errors import (
+    AdapterError,
+    ConfigError,
+    GelbridgeError,
+    ProviderError,
+    ProviderFault,
+    RequestTooLargeError,
+    known_code,
+)
 from gelbridge._transport import (
     ProviderTransport,
     TransportPool,
@@ -168,11 +176,17 @@ def shaped_for(request: LuxRequest, adapter: Adapter, cfg: ProviderConfig | None
 
 
 def provider_body(adapter: Adapter, request: LuxRequest, *, provider: str, model: str,
-                  id_rule: ToolCallIdRule | None = None) -> Converted[str]:
-    """The HTTP body ``adapter`` would send for ``request`` (runs the script; no network)."""
+                  id_rule: ToolCallIdRule | None = None, max_bytes: int | None = None) -> Converted[str]:
+    """The HTTP body ``adapter`` would send for ``request`` (runs the script; no network).
+
+    ``max_bytes``: the largest request the script is given (``[thread] max_request_bytes``);
+    a larger one raises ``RequestTooLargeError`` before any Lua runs."""
     conv = convert_request(adapter, request, provider=provider, model=model, id_rule=id_rule)
     # orjson's UTF-8 bytes go to Lua as they are (no str round trip of ~10 KB)
-    return Converted(adapter.transform_request(orjson.dumps(conv.value)), conv.diagnostics)
+    raw = orjson.dumps(conv.value)
+    if max_bytes is not None and len(raw) > max_bytes:
+        raise RequestTooLargeError.of(len(raw), max_bytes)
+    return Converted(adapter.transform_request(raw), conv.diagnostics)
 
 
 class ModelClient:
@@ -288,7 +302,8 @@ class ModelClient:
         if request.options.stream != want:
             request = replace(request, options=replace(request.options, stream=want))
         conv = provider_body(adapter, request, provider=provider, model=model,
-                             id_rule=self._id_rules.get(provider))
+                             id_rule=self._id_rules.get(provider),
+                             max_bytes=self.settings.thread.max_request_bytes)
         diags += conv.diagnostics
         transport = self.transports.get(provider)
         path = adapter.path_for(model, want)

@@ -175,10 +175,13 @@ def _part_path(rkey: str, pi: int, field: str = "") -> str:
 
 
 class _Builder:
-    __slots__ = ("blobs", "diags", "out", "emitted", "replacements", "consumed")
+    __slots__ = ("blobs", "sent", "diags", "out", "emitted", "replacements", "consumed")
 
     def __init__(self, blobs: Mapping[str, bytes]) -> None:
         self.blobs = blobs
+        # blob ref -> how the request already holds it: a blob named by many parts is sent
+        # once (100 parts naming one 1 MiB text must not make a 100 MiB request)
+        self.sent: dict[str, str] = {}
         self.diags: list[Diagnostic] = []
         self.out: list[Message] = []
         self.emitted: set[str] = set()  # call ids already in the request
@@ -405,6 +408,17 @@ class _Builder:
         else:
             self.note(_part_path(rkey, pi), _UNSUPPORTED, "sourcePart without a text part before it; left out")
 
+    def _sent_before(self, ref: str, label: str, rkey: str, pi: int, blocks: list[Content]) -> bool:
+        """True for a blob the request already holds: a pointer back to it goes in
+        instead of a copy. False (and remembered) for its first use."""
+        first = self.sent.get(ref)
+        if first is None:
+            self.sent[ref] = label
+            return False
+        blocks.append(Text(f"{label} (the same content as {first} above)"))
+        self.note(_part_path(rkey, pi), _DEGRADED, "the same blob as an earlier part; sent once")
+        return True
+
     def image(self, p: ImagePart, rkey: str, pi: int, blocks: list[Content]) -> None:
         data = self.blobs.get(p.image.ref)
         if data is None:
@@ -412,6 +426,8 @@ class _Builder:
                 blocks.append(Text(f"[image: {p.alt}]"))
             self.note(_part_path(rkey, pi), _UNSUPPORTED,
                       "image blob not available; left out" + (" (its alt text is sent)" if p.alt else ""))
+            return
+        if self._sent_before(p.image.ref, "[image]", rkey, pi, blocks):
             return
         blocks.append(Media("image", p.image.mime_type,
                             MediaSource("inline", base64.b64encode(data).decode("ascii"))))
@@ -424,6 +440,8 @@ class _Builder:
         data = self.blobs.get(p.extracted.text.ref)
         if data is None:
             self.note(_part_path(rkey, pi), _UNSUPPORTED, "extracted-text blob not available; file left out")
+            return
+        if self._sent_before(p.extracted.text.ref, f"[file: {name}]", rkey, pi, blocks):
             return
         try:
             text = data.decode("utf-8")

@@ -29,6 +29,7 @@ from gelbridge._errors import (
     PdsError,
     ProviderError,
     RecordError,
+    RequestTooLargeError,
     SealingError,
     StateError,
     ThreadError,
@@ -308,33 +309,40 @@ async def _previous_reply(deps: TurnDeps, message_rkey: str, message: MessageRec
 
 
 async def _blobs_for(deps: TurnDeps, opened: list[OpenedMessage], keys: dict[str, str | None]) -> dict[str, bytes]:
-    """Opened bytes of every image/file blob in the thread's user messages (best effort)."""
-    wanted: list[tuple[str, str]] = []
+    """Opened bytes of every image/file blob in the thread's user messages (best effort),
+    each fetched once however many parts name it. Raises ``RequestTooLargeError`` as soon
+    as they alone are more than the request may hold (every one is sent, so the request
+    would be too large anyway): a thread of huge files is not read whole into memory."""
+    wanted: dict[str, str] = {}
     for m in opened:
         kid = keys.get(m.rkey)
         if kid is None:
             continue
         for p in m.content.parts:
             if isinstance(p, ImagePart):
-                wanted.append((p.image.ref, kid))
+                wanted.setdefault(p.image.ref, kid)
             elif isinstance(p, FilePart) and p.extracted is not None:
-                wanted.append((p.extracted.text.ref, kid))
+                wanted.setdefault(p.extracted.text.ref, kid)
+    limit = deps.settings.thread.max_request_bytes
     out: dict[str, bytes] = {}
-    for cid, kid in wanted:
-        if cid in deps.blob_cache:
-            out[cid] = deps.blob_cache[cid]
-            continue
-        try:
-            with reading():
-                body = await deps.pds.get_blob(deps.did, cid)
-            data = open_blob(body, key_id=kid, keyring=deps.keyring)
-        except (GelbridgeError, KeyError) as e:
-            log.info("a blob of the thread is not available (%s)", type(e).__name__)  # its ref is sealed
-            continue
+    total = 0
+    for cid, kid in wanted.items():
+        data = deps.blob_cache.get(cid)
+        if data is None:
+            try:
+                with reading():
+                    body = await deps.pds.get_blob(deps.did, cid)  # at most DEFAULT_MAX_BLOB_BYTES
+                    data = open_blob(body, key_id=kid, keyring=deps.keyring)
+            except (GelbridgeError, KeyError) as e:
+                log.info("a blob of the thread is not available (%s)", type(e).__name__)  # its ref is sealed
+                continue
+            deps.blob_cache[cid] = data
+            while len(deps.blob_cache) > 64:
+                deps.blob_cache.popitem(last=False)
+        total += len(data)
+        if total > limit:
+            raise RequestTooLargeError.of(total, limit, "its files and images alone are more than")
         out[cid] = data
-        deps.blob_cache[cid] = data
-        while len(deps.blob_cache) > 64:
-            deps.blob_cache.popitem(last=False)
     return out
 
 
@@ -759,7 +767,7 @@ def _sum_usage(us: list[Usage]) -> Usage:
 
 #: Errors whose message is ours and names only record keys, URIs, keyIds and settings:
 #: it may go into the unsealed ``error.message``. Any other error gets the generic text.
-_SAFE_DETAIL = (RecordError, ThreadError, SealingError, ConfigError, KeyringError)
+_SAFE_DETAIL = (RecordError, ThreadError, SealingError, ConfigError, KeyringError, RequestTooLargeError)
 
 
 def _error_of(e: BaseException) -> tuple[str, str]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 
+import orjson
 import pytest
 
 from gelbridge._mapping import (
@@ -267,6 +268,29 @@ def test_files_with_and_without_extracted_text() -> None:
     assert [d.field for d in diags] == ["a.parts[0].extracted", "a.parts[1]"]
     _, diags = build(thread)
     assert [d.field for d in diags] == ["a.parts[0]", "a.parts[1]"]
+
+
+def test_a_blob_named_by_many_parts_is_sent_once() -> None:
+    """100 file parts naming one 1 MiB text made a ~100 MiB request that took the worker down."""
+    big = ("x" * 1023 + "\n").encode() * 1024
+    def part(i: int) -> FilePart:
+        return FilePart(file=BlobRef.of(CID, "text/plain", 9), name=f"f{i}.txt",
+                        extracted=ExtractedText(text=BlobRef.of(CID2, "text/plain", len(big)), method="text"))
+    img = ImagePart(image=BlobRef.of(CID, "image/png", 3))
+    thread = [opened("a", user(None), *[part(i) for i in range(100)], img, img),
+              opened("b", reply("a"), text("seen")),
+              opened("c", user("b"), part(100), img)]
+    wire, diags = build(thread, blobs={CID2: big, CID: b"PNG"})
+    first, _, last = (m["content"] for m in messages(wire))
+    assert first[0] == {"type": "text", "text": "[file: f0.txt]\n" + big.decode()}
+    assert first[1] == {"type": "text", "text": "[file: f1.txt] (the same content as [file: f0.txt] above)"}
+    assert first[100]["type"] == "image"
+    assert first[101] == {"type": "text", "text": "[image] (the same content as [image] above)"}
+    assert last == [{"type": "text", "text": "[file: f100.txt] (the same content as [file: f0.txt] above)"},
+                    {"type": "text", "text": "[image] (the same content as [image] above)"}]
+    assert len(orjson.dumps(wire)) < len(big) + 64 * 1024
+    assert len(diags) == 99 + 1 + 2 and {d.status for d in diags} == {ConversionStatus.DEGRADED}
+    assert all("x" not in d.detail for d in diags)
 
 
 def test_sources_become_annotations_and_unknown_parts_are_reported() -> None:
