@@ -33,14 +33,23 @@ _ENGINE_MODULES = {"luajit": "lupa.luajit21", "lua54": "lupa.lua54"}
 # Instructions between two hook calls. Each hook call reads the clock (a call
 # into Python), so this trades overhead (~1 us per call) against reaction time.
 HOOK_EVERY = 10_000
-# Bytes of Lua memory kept free beyond a value's own size before it is pushed into a
-# runtime: what the push itself may allocate on top (string header, string table and
-# stack growth). Pushing happens outside any protected call, where running out of
-# memory is a PANIC that aborts the process, so it must never fail (see `_room_for`).
-PUSH_HEADROOM = 1024 * 1024
 # Lua pattern matching steps per second assumed when refusing a pattern whose
 # worst case would not fit in the remaining time (conservative for a slow core).
 PATTERN_STEPS_PER_SECOND = 20_000_000
+# lupa pushes a call's arguments (and a Python callback's results) onto the Lua stack
+# outside any protected call: a memory error there is a Lua PANIC that aborts the whole
+# process. So every value is measured before it goes in (``LuaSandbox._room``): it must
+# fit in ``max_string`` and, with this much to spare, in the memory left. The spare
+# covers what Lua allocates around the push (the string's header, a stack slot, a GC
+# step). LuaJIT interns every string, long ones too, and may double its string table
+# for the new one: there the half of the memory in use is kept spare on top (8-byte
+# slots, at most two per string of >= 32 bytes). Lua 5.4 interns only short strings.
+PUSH_HEADROOM = 1024 * 1024
+_INTERN_SHARE = {"luajit": 1, "lua54": 64}  # spare = used >> share (64: none)
+# Values at least this large are pushed after a full collection: LuaJIT has no
+# emergency collection, so the garbage of earlier calls (a stream's earlier events)
+# would otherwise count against the memory the call needs.
+COLLECT_BEFORE = 1024 * 1024
 
 
 @dataclass(frozen=True)
@@ -54,7 +63,8 @@ class SandboxLimits:
     max_instructions: int = 200_000_000
     """Lua VM instructions per call (host JSON code compiled by LuaJIT is not counted)."""
     max_string: int = 16 * 1024 * 1024
-    """Largest string ``string.rep`` may build."""
+    """Largest string ``string.rep`` may build, and largest value the host passes into Lua
+    (a request, a stream event, a response body)."""
     max_script_bytes: int = 1024 * 1024
     """Largest adapter file the registry loads."""
     pool_size: int = 4
@@ -152,22 +162,24 @@ class LuaSandbox:
             max_memory=limits.max_memory,
         )
         self._rt = rt
+        self._used: Callable[[], int] = rt.get_memory_used
+        self._share = _INTERN_SHARE[self.engine]
         # `python` exists even without eval/builtins; the prelude deletes it too.
         rt.execute(b"python = nil")
         try:
-            self._load, self._invoke, self._open_stream = rt.execute(
+            self._load, self._invoke, self._open_stream, self._collect = rt.execute(
                 _lua_source("sandbox.lua"),
                 _lua_source("json.lua"),
                 _lua_source("luxkit.lua"),
                 time.monotonic,
                 services.log,
-                services.http,
+                self._bounded_http(services.http),
                 HOOK_EVERY,
                 limits.max_string,
                 PATTERN_STEPS_PER_SECOND,
             )
-        except self._lua_error as e:  # a bug in the prelude, not in a script
-            raise AdapterError(f"adapter {adapter!r}: the Lua sandbox failed to start: {e}") from None
+        except self._lua_error as e:  # a bug in the prelude (or a memory limit too small for it)
+            raise AdapterError(f"adapter {adapter!r}: the Lua sandbox failed to start: {_text(e)[:300]}") from None
 
     # ------------------------------------------------------------------ helpers
 
@@ -177,9 +189,8 @@ class LuaSandbox:
             float(self.limits.max_instructions // HOOK_EVERY),
         )
 
-    def _violation(self, limit: str, what: str, *, broken: bool = True) -> SandboxViolation:
-        if broken:
-            self.broken = True
+    def _violation(self, limit: str, what: str) -> SandboxViolation:
+        self.broken = True
         err = SandboxViolation(
             f"adapter {self.adapter!r}: {what} exceeded the sandbox {limit} limit "
             f"({self._limit_text(limit)}); fix the script or raise the limit in [adapters]"
@@ -198,21 +209,56 @@ class LuaSandbox:
             "string_size": f"strings up to {lim.max_string} bytes",
         }.get(limit, limit)
 
-    def _room_for(self, size: int, what: str) -> None:
-        """Refuse, before it is pushed, a value the runtime has no memory for.
+    def _fits(self, nbytes: int) -> bool:
+        """Whether ``nbytes`` more can be pushed into Lua now, with the spare it needs."""
+        used = self._used()
+        return used + (used >> self._share) + nbytes + PUSH_HEADROOM <= self.limits.max_memory
 
-        Lua arguments are pushed outside a protected call: a push that runs out of memory
-        is a PANIC that aborts the whole process (every account on it), not a Lua error.
-        So the room is checked first, with one full collection when the garbage of earlier
-        calls is in the way. The runtime stays usable: nothing was pushed."""
-        rt, limit = self._rt, self.limits.max_memory
-        if rt.get_memory_used() + size + PUSH_HEADROOM <= limit:
+    def _room(self, nbytes: int, what: str) -> None:
+        """Make sure a value of ``nbytes`` can go into Lua, or refuse it (``SandboxViolation``
+        with ``limit`` string_size or memory; nothing ran, the runtime stays usable).
+
+        A large value first gets a full collection (in a protected call), so that it
+        gets memory the garbage of earlier calls holds."""
+        if nbytes > self.limits.max_string:
+            raise self._refused("string_size", what)
+        if nbytes < COLLECT_BEFORE and self._fits(nbytes):
             return
-        rt.gccollect()
-        if rt.get_memory_used() + size + PUSH_HEADROOM > limit:
-            raise self._violation("memory", f"{what} (its input of {size} bytes)", broken=False)
+        try:
+            self._collect()
+        except self._lua_error as e:
+            raise self._host_failed(what, e) from None
+        if not self._fits(nbytes):
+            raise self._refused("memory", what)
+
+    def _refused(self, limit: str, what: str) -> SandboxViolation:
+        if limit == "memory":
+            why = (f"does not fit in the sandbox memory limit ({self._limit_text('memory')}, "
+                   f"{self._used() // (1024 * 1024)} MB of it in use); raise [adapters] memory_limit_mb")
+        else:
+            why = f"is larger than the sandbox passes to a script ({self._limit_text(limit)})"
+        err = SandboxViolation(f"adapter {self.adapter!r}: the input of {what} {why}; the script did not run")
+        err.adapter = self.adapter
+        err.limit = limit
+        return err
+
+    def _bounded_http(self, http: Callable[[bytes, bytes, bytes | None, float], tuple[bool, bytes, int | None]]
+                      ) -> Callable[[bytes, bytes, bytes | None, float], tuple[bool, bytes, int | None]]:
+        """``http`` whose response body is refused, as a Lua error the script sees, when it
+        would not fit in the runtime: lupa pushes a callback's results unprotected too
+        (and no collection can run in the middle of a call)."""
+
+        def bounded(method: bytes, url: bytes, body: bytes | None, deadline: float) -> tuple[bool, bytes, int | None]:
+            ok, data, status = http(method, url, body, deadline)
+            if ok and (len(data) > self.limits.max_string or not self._fits(len(data))):
+                name = "http_" + method.decode("ascii", "replace").lower()
+                return False, f"{name}: the response does not fit in the sandbox's memory".encode(), None
+            return ok, data, status
+
+        return bounded
 
     def _run(self, fn: Callable[..., Any], what: str, *args: Any) -> tuple[str, Any]:
+        self._room(sum(len(a) for a in args if type(a) is bytes), what)
         try:
             status, value = fn(*args)
         except self._memory_error:
@@ -234,7 +280,6 @@ class LuaSandbox:
         """
         import json
 
-        self._room_for(len(source), "loading the script")
         dl, budget = self._budget()
         status, value = self._run(
             self._load, "loading the script", source, b"@" + chunkname.encode(), dl, budget
@@ -261,7 +306,7 @@ class LuaSandbox:
         The per-call Python work is kept to the minimum (it runs once per stream chunk):
         the success case is decided on the raw bytes."""
         lim = self.limits
-        self._room_for(len(arg), fname)
+        self._room(len(arg), fname)
         try:
             status, value = self._invoke(kind, fname_b, time.monotonic() + lim.time_limit,
                                          float(lim.max_instructions // HOOK_EVERY), arg, state)
@@ -298,21 +343,23 @@ class LuaSandbox:
         limit hit by any stream on it), every call refuses. This is the hot path of
         streaming, once per chunk: one Python frame and a three-argument Lua entry
         (``scripts/bench_scale.py``)."""
+        self._room(0, fname)
         step = self._open_stream(fname.encode(), typed)
         if step is None:
             raise AdapterError(f"adapter {self.adapter!r} has no function {fname}")
         time_limit = self.limits.time_limit
         budget = float(self.limits.max_instructions // HOOK_EVERY)
         monotonic, memory_error, lua_error = time.monotonic, self._memory_error, self._lua_error
-        used, room = self._rt.get_memory_used, self.limits.max_memory - PUSH_HEADROOM
+        used, share, spare = self._used, self._share, self.limits.max_memory - PUSH_HEADROOM
 
         def chunk(data: str) -> str | TextPiece:
             if self.broken:
                 raise AdapterError(f"adapter {self.adapter!r}: the Lua runtime of this stream was reset after "
                                    "a stream on it hit a sandbox limit; the stream cannot go on")
             raw = data.encode("utf-8", "replace")
-            if used() + len(raw) > room:
-                self._room_for(len(raw), fname)
+            n, u = len(raw), used()
+            if n >= COLLECT_BEFORE or u + (u >> share) + n > spare:  # the rule of _fits, inline: once a chunk
+                self._room(n, fname)
             try:
                 out = step(monotonic() + time_limit, budget, raw)
             except memory_error:
@@ -332,18 +379,15 @@ class LuaSandbox:
 
     def call_headers(self, meta_json: str) -> str | None:
         """Call ``adapter.build_headers(meta)``; returns a JSON object text or None."""
-        meta = meta_json.encode("utf-8", "replace")
-        self._room_for(len(meta), "build_headers")
         dl, budget = self._budget()
         status, value = self._run(
             self._invoke, "build_headers", b"headers", b"build_headers", dl, budget,
-            meta, None,
+            meta_json.encode("utf-8", "replace"), None,
         )
         return self._result("build_headers", status, value, allow_nil=True, expect="a table")
 
     def call_error(self, status: int, body: bytes) -> str | None:
         """Call ``adapter.transform_error(status, body)``; a JSON object text or None."""
-        self._room_for(len(body), "transform_error")
         dl, budget = self._budget()
         status_, value = self._run(
             self._invoke, "transform_error", b"error", b"transform_error", dl, budget, status, body,
@@ -352,11 +396,9 @@ class LuaSandbox:
 
     def call_url(self, model: str, stream: bool) -> str | None:
         """Call ``adapter.build_url(model, stream)``; returns a string or None."""
-        model_b = model.encode("utf-8", "replace")
-        self._room_for(len(model_b), "build_url")
         dl, budget = self._budget()
         status, value = self._run(
-            self._invoke, "build_url", b"url", b"build_url", dl, budget, model_b, stream
+            self._invoke, "build_url", b"url", b"build_url", dl, budget, model.encode(), stream
         )
         return self._result("build_url", status, value, allow_nil=True)
 

@@ -420,9 +420,8 @@ local function invoke(kind, fname, dl, budget, a, b)
     return "ok", json.encode(out)
   end
   if kind == "headers" then
-    local meta = json.decode(a)
     begin(dl, budget)
-    local ok, res = raw_xpcall(f, handler, meta)
+    local ok, res = raw_xpcall(function() return f(json.decode(a)) end, handler)
     local st, v = finish(ok, res)
     if st then return st, v end
     if res == nil then return "ok", nil end
@@ -476,4 +475,10 @@ local function open_stream(fname, typed)
   end
 end
 
-return load_script, invoke, open_stream
+-- A full collection, called by the host before it pushes a large value (LuaJIT has no
+-- emergency collection: garbage of earlier calls would otherwise count against the push).
+local function collect()
+  raw_collect("collect")
+end
+
+return load_script, invoke, open_stream, collect
