@@ -229,6 +229,9 @@ class LuaSandbox:
         except self._lua_error as e:
             raise self._host_failed(what, e) from None
         if not self._fits(nbytes):
+            # What the script keeps alive fills the runtime: no later call could run (and
+            # free it) either, so the pool replaces it; the value may fit in a fresh one.
+            self.broken = True
             raise self._refused("memory", what)
 
     def _refused(self, limit: str, what: str) -> SandboxViolation:

@@ -20,9 +20,8 @@ from gelbridge._adapters.sandbox import SandboxLimits
 from gelbridge._errors import GelbridgeError, SandboxViolation
 
 MIB = 1024 * 1024
-HEADROOM = MIB  # sandbox.PUSH_HEADROOM, written out so this also runs against older code
-MEMORY = 24 * MIB
-STRING = 4 * MIB
+MEMORY = 32 * MIB
+STRING = 16 * MIB  # the default
 
 SCRIPT = """
 local adapter = { name = "fuzz" }
@@ -65,21 +64,20 @@ def _outcome(fn: Callable[[], object]) -> str:
 
 def cases(a: Adapter) -> Iterator[tuple[str, Callable[[], object]]]:
     """(name, call) for every entry into Lua, with inputs around each limit."""
-    room = MEMORY - HEADROOM
-    for label, size in [("half", MEMORY // 2), ("room-1MiB", room - MIB), ("room", room),
-                        ("room+1", room + 1), ("limit", MEMORY), ("limit+1", MEMORY + 1), ("double", 2 * MEMORY)]:
+    for label, size in [("1MiB", MIB), ("quarter", MEMORY // 4), ("string-1", STRING - 1), ("string", STRING),
+                        ("string+1", STRING + 1), ("memory", MEMORY), ("double", 2 * MEMORY)]:
         yield f"request:{label}", lambda size=size: a.transform_request(b"x" * size)
         yield f"response:{label}", lambda size=size: a.transform_response(b"y" * size)
     for n in range(12):  # the garbage of earlier chunks in the way of the next push
-        yield f"stream-garbage:{n}", lambda: _stream(a, [b"z" * (MEMORY // 3)] * 3)
-    yield "keep:most", lambda: a.transform_request(f"keep:{MEMORY // MIB - 6}")
-    for size in [16, 1024, MIB, 4 * MIB, 8 * MIB]:  # live data leaves little room
-        yield f"request-after-keep:{size}", lambda size=size: a.transform_request(b"x" * size)
-        yield f"stream-after-keep:{size}", lambda size=size: _stream(a, [b"s" * size])
-    yield "drop", lambda: a.transform_request("drop")
-    yield "error-body:huge", lambda: a.transform_error(500, b"e" * (2 * MEMORY))
-    yield "error-body:near", lambda: a.transform_error(500, b"e" * (MEMORY - 2 * MIB))
-    yield "headers:huge", lambda: a.build_headers({"body": "h" * (2 * MEMORY)})
+        yield f"stream-garbage:{n}", lambda: _stream(a, [b"z" * (MEMORY // 5)] * 3)
+    yield "keep:half", lambda: a.transform_request(f"keep:{MEMORY // MIB // 2}")
+    yield "request-after-keep:16", lambda: a.transform_request(b"x" * 16)
+    yield "request-after-keep:half-1MiB", lambda: a.transform_request(b"x" * (MEMORY // 2 - MIB))  # no room
+    yield "request-after-refusal:16", lambda: a.transform_request(b"x" * 16)  # a fresh runtime took over
+    yield "stream:quarter", lambda: _stream(a, [b"s" * (MEMORY // 4)])
+    yield "error-body:string+1", lambda: a.transform_error(500, b"e" * (STRING + 1))
+    yield "error-body:quarter", lambda: a.transform_error(500, b"e" * (MEMORY // 4))
+    yield "headers:string+1", lambda: a.build_headers({"body": "h" * (STRING + 1)})
     for label, n in [("max-1", STRING - 1), ("max", STRING), ("max+1", STRING + 1)]:
         yield f"string.rep:{label}", lambda n=n: a.transform_request(f"rep:{n}")
     yield "json:deep", lambda: a.transform_request("json:" + "[" * 200_000 + "]" * 200_000)
