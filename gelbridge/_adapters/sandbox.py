@@ -246,16 +246,18 @@ class LuaSandbox:
         return err
 
     def _bounded_http(self, http: Callable[[bytes, bytes, bytes | None, float], tuple[bool, bytes, int | None]]
-                      ) -> Callable[[bytes, bytes, bytes | None, float], tuple[bool, bytes, int | None]]:
-        """``http`` whose response body is refused, as a Lua error the script sees, when it
-        would not fit in the runtime: lupa pushes a callback's results unprotected too
-        (and no collection can run in the middle of a call)."""
+                      ) -> Callable[[bytes, bytes, bytes | None, float], tuple[bool, bytes | None, int | None]]:
+        """``http`` whose answer (a body or an error message) goes into Lua only when it fits:
+        lupa pushes a callback's results outside any protected call, and a memory error
+        there jumps out of the callback with the GIL held (the process hangs). What does
+        not fit comes back as ``(False, None, None)``, which needs no Lua memory; the
+        prelude raises its own, preallocated, error for it."""
 
-        def bounded(method: bytes, url: bytes, body: bytes | None, deadline: float) -> tuple[bool, bytes, int | None]:
+        def bounded(method: bytes, url: bytes, body: bytes | None, deadline: float
+                    ) -> tuple[bool, bytes | None, int | None]:
             ok, data, status = http(method, url, body, deadline)
-            if ok and (len(data) > self.limits.max_string or not self._fits(len(data))):
-                name = "http_" + method.decode("ascii", "replace").lower()
-                return False, f"{name}: the response does not fit in the sandbox's memory".encode(), None
+            if len(data) > self.limits.max_string or not self._fits(len(data)):
+                return False, None, None
             return ok, data, status
 
         return bounded

@@ -18,7 +18,8 @@ from pathlib import Path
 from typing import Any
 
 from gelbridge._adapters.host import Adapter, load_adapter
-from gelbridge._adapters.sandbox import SandboxLimits
+from gelbridge._adapters.sandbox import LuaSandbox, SandboxLimits
+from gelbridge._adapters.script_services import AdapterServices
 from gelbridge._errors import GelbridgeError
 
 MiB = 1024 * 1024
@@ -154,6 +155,41 @@ def http_body_near_full(engine: str) -> None:
     step("near full", lambda: a.transform_request(b"go"))
     step("small after", lambda: a.transform_request(b"ok"))
     srv.shutdown()
+
+
+@case
+def http_answer_at_the_memory_limit(engine: str) -> None:
+    """An http answer, an error message too, arriving with all but a few hundred bytes of
+    the memory taken: a push that failed there jumped out of the callback holding the GIL,
+    and the whole process hung. Each step fills the memory to ``left`` bytes first."""
+    script = rb"""
+    local keep = {}
+    return {
+      transform_response = function(s) return s end,
+      transform_request = function(arg)
+        local free, left = arg:match("(%d+) (%d+)")
+        local limit = collectgarbage("count") * 1024 + tonumber(free)
+        local size, i = 1048576, 0
+        while size >= 64 do
+          if collectgarbage("count") * 1024 + size * 2 + 8192 < limit then
+            i = i + 1
+            keep[i] = string.rep("a", size - 12) .. string.format("%012d", i)
+          else
+            size = math.floor(size / 2)
+          end
+        end
+        keep[0] = "x"
+        keep[-1] = string.rep("b", limit - collectgarbage("count") * 1024 - tonumber(left) - 25)
+        local ok, err = pcall(http_get, "http://127.0.0.1:9/")
+        return tostring(ok) .. " " .. tostring(err):sub(1, 40)
+      end,
+    }
+    """
+    for left in range(0, 400, 8):
+        sb = LuaSandbox("t", SandboxLimits(engine=engine, max_memory=8 * MiB), AdapterServices("t"))  # type: ignore[arg-type]
+        sb.load_script(script, "t.lua")
+        free = sb.limits.max_memory - sb.memory_used() - 200  # in lupa's count, which is what the limit is on
+        step(f"left {left}", lambda sb=sb, free=free, left=left: sb.call_string("transform_request", f"{free} {left}"))
 
 
 def main() -> None:

@@ -195,8 +195,11 @@ local function log(level, ...)
   py_log(sub(tostring(level), 1, 16), sub(msg, 1, 2000))
 end
 
+-- py_http answers (false, nil) when its answer would not fit in the memory left: this
+-- message exists already, so raising it needs none.
+local HTTP_NO_ROOM = "http: the answer does not fit in the sandbox's memory"
 local function http_result(ok, body, status)
-  if not ok then error(body, 0) end
+  if not ok then error(body or HTTP_NO_ROOM, 0) end
   return body, status
 end
 

@@ -77,5 +77,19 @@ def test_an_http_body_that_does_not_fit_is_a_lua_error_the_script_sees(engine: s
     steps = run_case("http_body_near_full", engine)
     near = steps["near full"]
     assert near["error"] == "AdapterError"
-    assert near["message"].endswith("http_get: the response does not fit in the sandbox's memory")
+    assert near["message"].endswith("http: the answer does not fit in the sandbox's memory")
     assert steps["small after"]["ok"] == "fine"
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_an_http_answer_with_the_memory_all_but_full_never_hangs_the_process(engine: str) -> None:
+    steps = run_case("http_answer_at_the_memory_limit", engine)
+    assert len(steps) == 50
+    for name, r in steps.items():
+        # the script sees its call fail (the disabled http_get's message, or "does not fit"),
+        # or the whole call is a memory violation: never a hang, never a PANIC
+        assert r.get("ok", "").startswith("false ") or refused_or_memory(r), (name, r)
+
+
+def refused_or_memory(r: dict[str, Any]) -> bool:
+    return r.get("error") == "SandboxViolation" and r.get("limit") == "memory"
