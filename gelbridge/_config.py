@@ -152,7 +152,8 @@ class ProviderConfig(_Section):
 class AdaptersConfig(_Section):
     dirs: list[Path] = Field(default_factory=list)
     cpu_limit_seconds: float = 2.0
-    memory_limit_mb: int = 64
+    #: at least 4: the sandbox's own Lua (prelude, JSON, luxkit) needs room to start
+    memory_limit_mb: int = Field(64, ge=4, le=65536)
     instruction_limit: int = 200_000_000
     pool_size: int = 4
     #: streams of one adapter that share a Lua runtime, each with its own state table;

@@ -45,6 +45,7 @@ PATTERN_STEPS_PER_SECOND = 20_000_000
 # for the new one: there the half of the memory in use is kept spare on top (8-byte
 # slots, at most two per string of >= 32 bytes). Lua 5.4 interns only short strings.
 PUSH_HEADROOM = 1024 * 1024
+MIN_MEMORY = 4 * 1024 * 1024
 _INTERN_SHARE = {"luajit": 1, "lua54": 64}  # spare = used >> share (64: none)
 # Values at least this large are pushed after a full collection: LuaJIT has no
 # emergency collection, so the garbage of earlier calls (a stream's earlier events)
@@ -72,6 +73,13 @@ class SandboxLimits:
     streams_per_runtime: int = 32
     """Streams whose ``state`` tables share one runtime (and its memory limit)."""
     engine: Engine = "auto"
+
+    def __post_init__(self) -> None:
+        # Smaller, the prelude itself runs out of memory while lupa loads it, outside a
+        # protected call: a PANIC. (0 would mean no limit at all to lupa.)
+        if self.max_memory < MIN_MEMORY:
+            raise AdapterError(f"the sandbox memory limit must be at least {MIN_MEMORY // (1024 * 1024)} MB "
+                               f"(got {self.max_memory} bytes); raise [adapters] memory_limit_mb")
 
 
 class HostServices(Protocol):

@@ -109,3 +109,20 @@ def test_huge_string_rep_stopped(make_adapter) -> None:
         with pytest.raises(SandboxViolation) as info:
             make_adapter(body).transform_request("")
         assert info.value.limit == "string_size"
+
+
+@pytest.mark.parametrize("max_memory", [0, 1, 100_000, 4 * 1024 * 1024 - 1])
+def test_a_memory_limit_too_small_for_the_sandbox_itself_is_refused_before_lua_starts(max_memory: int) -> None:
+    """Below 4 MB the prelude ran out of memory while lupa loaded it (a PANIC; 0 meant no limit)."""
+    from gelbridge._adapters.sandbox import SandboxLimits
+    from gelbridge._errors import AdapterError
+
+    with pytest.raises(AdapterError, match="at least 4 MB"):
+        SandboxLimits(max_memory=max_memory)
+
+
+def test_the_config_refuses_a_memory_limit_below_4_mb() -> None:
+    from gelbridge._config import Settings
+
+    with pytest.raises(Exception, match="greater than or equal to 4"):
+        Settings.model_validate({"adapters": {"memory_limit_mb": 1}})
