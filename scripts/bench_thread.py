@@ -1,7 +1,7 @@
 """``gelbridge convert`` and the worker's thread rebuild on one long chain, by chain length.
 
 Run: ``.venv/bin/python scripts/bench_thread.py [--sizes=1000,3000,10000] [--repeats=3]
-[--before=/work/main]``.
+[--before=/work/main] [--limit=600]``.
 
 For each size N a record file holds one conversation of N - 1 sealed messages (user,
 reply, user, ...: the last is a user message asking for a reply; N = 10,000 gives the
@@ -17,7 +17,9 @@ timings per size, in fresh processes:
 
 With ``--before=DIR`` every measurement also runs with ``PYTHONPATH=DIR`` (another
 checkout, e.g. main), alternating with this tree's, and both medians are printed side
-by side. A super-linear step shows as time/N growing with N.
+by side. A super-linear step shows as time/N growing with N. A run that takes over
+``--limit`` seconds (its process is killed then) shows as ``>limit`` and is
+not repeated.
 """
 
 from __future__ import annotations
@@ -136,10 +138,14 @@ def _rebuild(path: Path, message: str, max_depth: int) -> dict[str, Any]:
 # --- parent: files, runs, table ----------------------------------------------------------------------
 
 
-def run(pythonpath: Path, what: str, args: list[str]) -> dict[str, Any]:
+def run(pythonpath: Path, what: str, args: list[str], limit: float) -> dict[str, Any]:
+    """One measurement in a fresh process; ``{"s": inf}`` when it takes over ``limit`` seconds."""
     env = {**os.environ, "PYTHONPATH": str(pythonpath)}
-    got = subprocess.run([sys.executable, __file__, "--child", what, *args], env=env, capture_output=True,
-                         text=True, timeout=3600, check=False)
+    try:
+        got = subprocess.run([sys.executable, __file__, "--child", what, *args], env=env, capture_output=True,
+                             text=True, timeout=limit, check=False)
+    except subprocess.TimeoutExpired:
+        return {"s": float("inf"), "gets": "?", "walks": "?"}
     if got.returncode != 0:
         raise SystemExit(f"{what} under {pythonpath} failed:\n{got.stderr[-3000:]}")
     result: dict[str, Any] = json.loads(got.stdout.strip().splitlines()[-1])
@@ -147,7 +153,7 @@ def run(pythonpath: Path, what: str, args: list[str]) -> dict[str, Any]:
 
 
 def main() -> None:
-    sizes, repeats, before = [1000, 3000, 10000], 3, None
+    sizes, repeats, before, limit = [1000, 3000, 10000], 3, None, 600.0
     for arg in sys.argv[1:]:
         if arg.startswith("--sizes="):
             sizes = [int(x) for x in arg.split("=", 1)[1].split(",")]
@@ -155,6 +161,8 @@ def main() -> None:
             repeats = int(arg.split("=", 1)[1])
         elif arg.startswith("--before="):
             before = Path(arg.split("=", 1)[1]).resolve()
+        elif arg.startswith("--limit="):
+            limit = float(arg.split("=", 1)[1])
     trees = ([("before", before)] if before is not None else []) + [("after", HERE)]
     print(f"{'step':>8} {'records':>8} " + " ".join(f"{label + ' s':>10} {label + ' µs/rec':>13}" for label, _ in trees)
           + f"  (median of {repeats}; rebuild: getRecord calls / walks)")
@@ -167,14 +175,17 @@ def main() -> None:
                 extra: dict[str, str] = {}
                 for _ in range(repeats):
                     for label, tree in trees:
-                        got = run(tree, what, args)
+                        if times[label] and times[label][-1] == float("inf"):
+                            continue  # over the limit once: not again
+                        got = run(tree, what, args, limit)
                         times[label].append(got["s"])
                         if what == "rebuild":
                             extra[label] = f"{got['gets']}/{got['walks']}"
                 cells = []
                 for label, _ in trees:
                     med = statistics.median(times[label])
-                    cells.append(f"{med:>10.3f} {med / (n - 1) * 1e6:>13.1f}")
+                    cells.append(f"{med:>10.3f} {med / (n - 1) * 1e6:>13.1f}" if med != float("inf")
+                                 else f"{'>' + format(limit, 'g'):>10} {'-':>13}")
                 note = "  " + " vs ".join(f"{k}: {v}" for k, v in extra.items()) if extra else ""
                 print(f"{what:>8} {n - 1:>8} " + " ".join(cells) + note, flush=True)
 
