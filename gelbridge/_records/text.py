@@ -8,10 +8,11 @@ kinds of string cannot go there:
   cannot encode it, so SQLite, psycopg, a log stream and the PDS client would all raise.
   No string of a record may hold one (:func:`gelbridge._records.nesting.check_value`);
 - **NUL** (U+0000): valid Unicode, and the PDS stores it, but PostgreSQL ``text`` refuses
-  it (SQLite would keep it; both backends must take the same records). No unsealed field
-  may hold one (:func:`check_fields`). Sealed or plain ``content`` and ``instructions``
-  may: their text only goes to the model and back into content, never into a state
-  row, and a model's answer holding NUL must not make its own thread unreadable.
+  it (SQLite would keep it; both backends must take the same records). No field may
+  hold one (:func:`check_fields`) but the ``parts`` of a plain ``content`` or
+  ``instructions`` (sealed parts are inside the ciphertext, out of sight here): their
+  text only goes to the model and back into content, never into a state row, and a
+  model's answer holding NUL must not make its own thread unreadable.
 
 Everything else the atproto data model allows (noncharacters such as U+FFFE, control
 characters, any script) is kept as it is; terminals and logs show it escaped
@@ -30,7 +31,7 @@ NUL = "\x00"
 LONE_SURROGATE = "a string that is not valid Unicode (a lone surrogate)"
 NUL_CHARACTER = "a NUL character (U+0000), which gelbridge cannot store"
 
-#: Fields whose strings are content (sealed, or plain by the app's choice): NUL allowed.
+#: Fields that hold content: the ``parts`` of a plainContent there may hold NUL.
 CONTENT_FIELDS = frozenset({"content", "instructions"})
 
 _NAME = re.compile(r"[A-Za-z$][A-Za-z0-9_$]{0,63}")
@@ -54,20 +55,18 @@ def is_storable(s: object) -> bool:
 
 
 def field_problem(value: Mapping[str, Any]) -> tuple[str, str] | None:
-    """``(field, problem)`` of the first string (key or value) outside
-    :data:`CONTENT_FIELDS` that holds NUL or a lone surrogate; None if there is none.
-    ``field`` is the top-level field it is in (a name that is not a plain identifier is
-    not quoted). Iterative; containers nested deeper than the nesting limit are not
-    entered (that limit is checked on its own)."""
+    """``(field, problem)`` of the first string (key or value) of ``value`` that holds NUL
+    or a lone surrogate, leaving out the ``parts`` of :data:`CONTENT_FIELDS`; None if
+    there is none. ``field`` is the top-level field it is in (a name that is not a plain
+    identifier is not quoted). Iterative; containers nested deeper than the nesting limit
+    are not entered (that limit is checked on its own)."""
     from gelbridge._records.nesting import MAX_DEPTH
 
     for top, v in value.items():
         where = top if isinstance(top, str) and _NAME.fullmatch(top) else "(a field name)"
-        if isinstance(top, str) and text_problem(top) is not None:
-            return where, text_problem(top) or ""
-        if top in CONTENT_FIELDS:
-            continue
-        stack: list[tuple[Any, int]] = [(v, 1)]
+        if top in CONTENT_FIELDS and type(v) is dict:
+            v = {k: x for k, x in v.items() if k != "parts"}  # the parts are content
+        stack: list[tuple[Any, int]] = [(top, 0), (v, 1)]
         while stack:
             x, depth = stack.pop()
             t = type(x)
@@ -87,8 +86,8 @@ def field_problem(value: Mapping[str, Any]) -> tuple[str, str] | None:
 
 
 def check_fields(value: Mapping[str, Any], what: str) -> None:
-    """Raise ``RecordError`` (naming the field, never its text) if a field of ``value``
-    outside :data:`CONTENT_FIELDS` holds NUL or a lone surrogate."""
+    """Raise ``RecordError`` (naming the field, never its text) if a string of ``value``
+    holds NUL or a lone surrogate (:func:`field_problem`)."""
     found = field_problem(value)
     if found is not None:
         where, problem = found
