@@ -23,6 +23,7 @@ from atproto_core.cid import CID
 from atproto_core.exceptions import AtProtocolError
 
 from gelbridge._errors import FirehoseError, PdsUnavailable
+from gelbridge._records.keys import is_valid_rkey
 
 if TYPE_CHECKING:
     from atproto_subscription.frames import ErrorFrame, Frame
@@ -144,6 +145,9 @@ def commit_events(
             continue
         collection, _, rkey = _get(op, "path").partition("/")
         if not rkey:
+            continue
+        if not is_valid_rkey(rkey):  # no PDS holds it: never stored, never logged
+            log.warning("commit seq %s of %s has an op whose record key is not valid; skipped", seq, repo)
             continue
         try:
             cid = _cid_of(_get(op, "cid"))

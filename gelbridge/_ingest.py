@@ -28,6 +28,7 @@ Everything here is pure: no I/O, no clock. Deletes pass with ``record=None`` and
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal
@@ -35,6 +36,7 @@ from typing import Any, Final, Literal
 from gelbridge._errors import FirehoseError, RecordError
 from gelbridge._firehose import DEFAULT_PREFIX, RepoEvent, commit_events, decode_frame_full
 from gelbridge._records import nesting
+from gelbridge._records.keys import is_valid_rkey
 
 Action = Literal["create", "update", "delete"]
 _ACTIONS: Final = frozenset({"create", "update", "delete"})
@@ -99,6 +101,27 @@ class RecordFilter:
         )
 
 
+# --- keys and CIDs ------------------------------------------------------------------------------
+
+
+def check_record_key(rkey: str, what: str) -> None:
+    """RecordError if ``rkey`` is not a record key: no PDS holds such a record, and its
+    text (NUL, a lone surrogate ...) must not reach the state store or a log line."""
+    if not is_valid_rkey(rkey):
+        raise RecordError(f"{what} of a record whose key is not a valid record key; skipped")
+
+
+#: The atproto string syntax of a CID (lexicon ``format: cid``); only syntax: the PDS
+#: judges a CID when gelbridge swaps on it.
+_CID_SYNTAX: Final = re.compile(r"[A-Za-z0-9+=]{8,256}")
+
+
+def cid_or_none(cid: object) -> str | None:
+    """``cid`` if it has CID syntax, else None (a malformed CID counts as missing, as on
+    the firehose: the record is then handled without one)."""
+    return cid if isinstance(cid, str) and _CID_SYNTAX.fullmatch(cid) else None
+
+
 # --- firehose -------------------------------------------------------------------------------
 
 
@@ -160,7 +183,8 @@ def _jetstream_record(did: str, c: Mapping[str, Any], cursor: Any, flt: RecordFi
     action, rkey = c.get("operation"), c.get("rkey")
     if action not in _ACTIONS or not isinstance(rkey, str) or not rkey:
         return []
-    cid = c.get("cid") if isinstance(c.get("cid"), str) else None
+    check_record_key(rkey, "Jetstream commit")
+    cid = cid_or_none(c.get("cid"))
     record = c.get("record") if action != "delete" else None
     if record is not None and not isinstance(record, Mapping):
         record = None
@@ -176,8 +200,9 @@ def from_jetstream_event(event: Any, flt: RecordFilter) -> list[IncomingRecord]:
     cursor ``time_us``) or a v2 ``subscribeEvents`` commit (SDK ``MessageFrame`` with type
     ``#commit`` or its ``Commit`` model; cursor ``seq``).
 
-    Raises :class:`RecordError` for text that is not a JSON object; identity/account
-    events and other kinds yield nothing.
+    Raises :class:`RecordError` for text that is not a JSON object and for a commit whose
+    record key is not a record key; a ``cid`` that is not a CID counts as missing;
+    identity/account events and other kinds yield nothing.
     """
     if isinstance(event, (bytes, bytearray, memoryview, str)):
         raw = event if isinstance(event, str) else bytes(event)
@@ -237,9 +262,13 @@ def from_record(
     source_cursor: int | None = None,
 ) -> list[IncomingRecord]:
     """A record a consumer already decoded. ``record=None`` means a delete unless
-    ``action`` says otherwise (``"update"`` with None: read the record from the PDS)."""
+    ``action`` says otherwise (``"update"`` with None: read the record from the PDS).
+    RecordError if ``rkey`` is not a record key; a ``cid`` that is not a CID counts as
+    missing."""
     if not flt.wants(did, collection) or not isinstance(rkey, str) or not rkey:
         return []
+    check_record_key(rkey, "record")
+    cid = cid_or_none(cid)
     if action is None:
         action = "delete" if record is None else "create"
     if action not in _ACTIONS:

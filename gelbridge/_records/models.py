@@ -50,6 +50,7 @@ from gelbridge._records.constants import (
     defs_type,
 )
 from gelbridge._records.nesting import check_value, may_exceed
+from gelbridge._records.text import check_fields
 
 # --- constrained scalar types ----------------------------------------------------------
 
@@ -631,10 +632,14 @@ def _bytes_as_blanks(o: Any) -> Any:
     raise TypeError
 
 
+_JSON_NUL = b"\\u0000"  # how JSON spells U+0000 (a control character: always escaped)
+
+
 def _record_size(value: dict[str, Any], what: Callable[[], str] = lambda: "record") -> int:
     """``cbor_size(value)``, skipped (0) for values that are surely small; before it, the
-    nesting limit and valid Unicode (``nesting.check_value``: RecordError), unless the
-    compact JSON shows the value cannot break them.
+    nesting limit and valid Unicode (``nesting.check_value``), and no NUL outside the
+    content (``text.check_fields``): RecordError, unless the compact JSON shows the
+    value cannot break them.
 
     ``orjson.dumps`` is ~10x cheaper than walking the value; it takes the CBOR form too
     (raw bytes stand in as blanks). Anything it cannot write (nested past 255 levels, a
@@ -646,6 +651,8 @@ def _record_size(value: dict[str, Any], what: Callable[[], str] = lambda: "recor
         dumped = None
     if dumped is None or may_exceed(dumped):
         check_value(value, what())
+    if dumped is None or _JSON_NUL in dumped:
+        check_fields(value, what())
     if dumped is not None and len(dumped) <= _SMALL_JSON:
         return 0
     return cbor_size(value)

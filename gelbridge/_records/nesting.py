@@ -25,6 +25,7 @@ import re
 from typing import Any
 
 from gelbridge._errors import RecordError
+from gelbridge._records.text import LONE_SURROGATE
 
 MAX_DEPTH = 64
 
@@ -81,7 +82,7 @@ def check_value(value: Any, what: str, limit: int = MAX_DEPTH) -> None:
     if depth_exceeds(value, limit):
         raise RecordError(f"{what} is nested deeper than {limit} levels (gelbridge's limit)")
     if _bad_string(value, limit):
-        raise RecordError(f"{what} holds a string that is not valid Unicode (a lone surrogate)")
+        raise RecordError(f"{what} holds {LONE_SURROGATE}")
 
 
 def may_exceed(encoded: bytes | bytearray | str, limit: int = MAX_DEPTH) -> bool:

@@ -23,6 +23,7 @@ from gelbridge._records.constants import (
 )
 from gelbridge._records.keys import reply_rkey
 from gelbridge._records.models import EncryptedContent, MessageRecord
+from gelbridge._records.text import is_storable
 from gelbridge.lux._models import ErrorKind
 
 
@@ -50,14 +51,16 @@ def peek_ask(collection: str, rkey: str, value: Mapping[str, Any] | None) -> Ask
     """Best-effort ``Ask`` of a record that failed validation (for an error reply).
 
     Only when the value plainly is a user message with a ``generation`` object and a
-    conversation; never raises.
+    conversation gelbridge can keep (``text.is_storable``: the claim stores it, the reply
+    repeats it); never raises.
     """
     if collection != MESSAGE_COLLECTION or not isinstance(value, Mapping):
         return None
     gen = value.get("generation")
     conv = value.get("conversation")
-    if value.get("role") != ROLE_USER or not isinstance(gen, Mapping) or not isinstance(conv, str):
+    if value.get("role") != ROLE_USER or not isinstance(gen, Mapping) or not is_storable(conv):
         return None
+    assert isinstance(conv, str)
     attempt = gen.get("attempt", 0)
     if isinstance(attempt, bool) or not isinstance(attempt, int):
         return None

@@ -25,7 +25,7 @@ from atproto_core.car import CAR
 from gelbridge._errors import GelbridgeError, PdsError, PdsUnavailable
 from gelbridge._mapping.cache import OpenedRecordCache
 from gelbridge._records.constants import CONVERSATION_COLLECTION, MESSAGE_COLLECTION, SETTINGS_COLLECTION
-from gelbridge._records.keys import AtUri
+from gelbridge._records.keys import AtUri, is_valid_rkey
 from gelbridge._records.models import ConversationRecord, MessageRecord, SettingsRecord
 from gelbridge._thread import DEFAULT_MAX_DEPTH, Thread, walk_thread
 from gelbridge._worker.timing import reading
@@ -226,10 +226,16 @@ async def load_thread(
     Returns the thread and the CID of every record in it (for opening through the
     ``OpenedRecordCache``). Raises the walk's errors (missing record, cycle, foreign
     conversation, too deep, malformed record).
+
+    Linear in the thread's length: a record the cache lacks is fetched together with the
+    uncached records its ``parent`` links lead to (:func:`_fetch_chain`), so the walk is
+    run again once per gap in the cache, not once per record; and each record is parsed
+    once per call (a record without a CID is not kept in ``cache``).
     """
     missing: set[str] = set()
     cids: dict[str, str | None] = {}
-    budget = max_fetches if max_fetches is not None else max_depth + 2
+    parsed: dict[str, tuple[dict[str, Any], MessageRecord]] = {}
+    budget = [max_fetches if max_fetches is not None else max_depth + 2]
 
     def lookup(rkey: str) -> MessageRecord | None:
         entry = view.cached(rkey)
@@ -239,14 +245,38 @@ async def load_thread(
             raise _Need(rkey)
         cid, value = entry
         cids[rkey] = cid
-        return cache.record(view.uri(rkey), cid, value)
+        if cid is not None:
+            return cache.record(view.uri(rkey), cid, value)
+        hit = parsed.get(rkey)
+        if hit is None or hit[0] is not value:
+            hit = (value, cache.record(view.uri(rkey), cid, value))
+            parsed[rkey] = hit
+        return hit[1]
 
-    for _ in range(budget + 1):
+    for _ in range(budget[0] + 1):
         try:
             thread = walk_thread(message_rkey, lookup, max_depth=max_depth)
         except _Need as need:
-            if await view.get(need.rkey) is None:
-                missing.add(need.rkey)
+            await _fetch_chain(view, need.rkey, missing, budget, max_depth)
             continue
         return thread, {e.rkey: cids.get(e.rkey) for e in thread.entries}
     raise RuntimeError(f"thread of {message_rkey}: record fetch budget exhausted")  # pragma: no cover
+
+
+async def _fetch_chain(view: RepoView, rkey: str, missing: set[str], budget: list[int], max_depth: int) -> None:
+    """Fetch ``rkey``, then the records its ``parent`` links lead to while the view lacks
+    them (at most ``max_depth`` records, within ``budget``, which counts fetches). Only
+    syntax is looked at here: the walk judges the chain."""
+    for _ in range(max_depth + 1):
+        if budget[0] <= 0:
+            return
+        budget[0] -= 1
+        got = await view.get(rkey)
+        if got is None:
+            missing.add(rkey)
+            return
+        parent = got[1].get("parent")
+        if not isinstance(parent, str) or not is_valid_rkey(parent) or parent in missing \
+                or view.cached(parent) is not None:
+            return
+        rkey = parent

@@ -44,6 +44,7 @@ from gelbridge._records.constants import (
     SETTINGS_RKEY,
     ReplyStatus,
 )
+from gelbridge._records.keys import is_valid_rkey
 from gelbridge._records.models import ReplyError
 from gelbridge._sealing import load_keyring
 from gelbridge._seams import Printer
@@ -363,6 +364,10 @@ class Worker:
         received = received_at if received_at is not None else time.monotonic()
         if not self.started:
             raise RuntimeError("call await worker.start() first")
+        if not is_valid_rkey(rkey):  # no PDS holds such a record; never stored or logged
+            if did == self.did:
+                log.warning("a record event with an invalid record key; ignored")
+            return EventOutcome.IGNORED
         if did == self.did and collection in SIDE_RECORD_TYPES:
             self.side.event(collection, rkey, record, action=action)
             return EventOutcome.SIDE_RECORD

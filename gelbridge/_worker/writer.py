@@ -2,15 +2,19 @@
 
 - **claim**: create-only ``putRecord`` (``swapRecord: null``), status ``pending``,
   sealed empty content (PROTOCOL.md §4.2);
-- **progress**: status ``streaming`` with the parts so far, at most every
-  ``update_interval`` seconds and only when the parts changed (a PDS spends write
-  budget on each update: §4.4). Never per token. ``update_interval = 0`` turns progress
-  writes off (claim + final write only);
+- **progress**: status ``streaming`` with the parts so far, only when the parts changed
+  and ``update_interval`` seconds after the previous write of the reply *landed* (the
+  claim, a progress write or a checkpoint: counted from its answer, not from when it
+  was sent, so two revisions an app sees are never closer than that however slow the
+  PDS answers; a PDS spends write budget on each update: §4.4). Never per token.
+  ``update_interval = 0`` turns progress writes off (claim + final write only);
 - **checkpoint**: a ``streaming`` write *now*, whatever the throttle says, before the
   turn runs the auto-run tool calls of a model step: the stored reply then names every
   call that may be running, so a restart resumes from it (``worker.resume``) instead of
   asking the model again (which could run a tool twice). One update per tool step, also
-  with ``update_interval = 0``;
+  with ``update_interval = 0``, and the one write that may follow a progress write
+  sooner than the interval (waiting would hold up the tools: docs/worker.md); the next
+  progress write waits the interval from it;
 - **final**: sealed parts, model, effort, usage, finishReason, status, error,
   updatedAt.
 
@@ -267,7 +271,7 @@ class ReplyWriter:
         self._claim_done = False  # the authority said the claim is finished: leave it
         self._clock = clock
         self._lock = asyncio.Lock()
-        self._last_progress = clock()
+        self._last_write = clock()  # when the last write of this reply landed (or this writer was made)
         self._progress_task: asyncio.Task[None] | None = None
         self._last_parts_len = -1
         self._last_parts: list[Part] | None = None
@@ -309,6 +313,7 @@ class ReplyWriter:
         else:
             res = await self.pds.put_record(MESSAGE_COLLECTION, self.reply_rkey, value, swap_record=swap)
         self.writes += 1
+        self._last_write = self._clock()  # landed: the next progress write waits from here
         self.cid = res.cid
         self.status = value["status"]
         self.view.put(self.reply_rkey, res.cid, value)
@@ -408,17 +413,16 @@ class ReplyWriter:
         if self.update_interval <= 0 or self.lost:
             return
         now = self._clock()  # called per stream event: the cheap test first (a gap is never shorter)
-        if now - self._last_progress < self.update_interval:
+        if now - self._last_write < self.update_interval:
             return
         gap = progress_gap(self.update_interval, self.pds, self.reserve_points)
-        if gap is None or now - self._last_progress < gap:
+        if gap is None or now - self._last_write < gap:
             return  # a write budget runs low: keep it for claims and final writes
         if self._progress_task is not None and not self._progress_task.done():
-            return
+            return  # still in flight: the gap counts from when it lands
         parts = build_parts()
         if not parts or (self._last_parts is not None and parts == self._last_parts):
             return
-        self._last_progress = now
         self._last_parts = parts
         self._progress_task = asyncio.create_task(self._progress(parts), name=f"progress {self.reply_rkey}")
 
@@ -463,7 +467,6 @@ class ReplyWriter:
             self.write_ms += (time.perf_counter() - t0) * 1000
         self.progress_writes += 1
         self.checkpoints += 1
-        self._last_progress = self._clock()
         self._last_parts = list(parts)
 
     async def settle(self) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 from typer.testing import CliRunner
 
 from gelbridge._cli import app
@@ -16,7 +17,7 @@ from gelbridge._records import (
     SettingsRecord,
 )
 from gelbridge._sealing import Keyring, seal_content
-from testkit.mapping_builders import CONV, T, approve, assert_valid_request, call, check_tool_pairs, text
+from testkit.mapping_builders import CONV, T, approve, assert_valid_request, call, check_tool_pairs, messages, text
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "conversation"
 runner = CliRunner()
@@ -116,3 +117,33 @@ def test_convert_without_any_model_says_how_to_set_one(tmp_path: Path) -> None:
     path = write_file(tmp_path, ring, [("chat.gel.assistant.message", "a", u0, [text("q")])])
     r = runner.invoke(app, ["convert", "--keyring", str(tmp_path / "ring.json"), "--message", "a", str(path)])
     assert r.exit_code != 0 and "[defaults] model" in str(r.exception)
+
+
+@pytest.mark.timeout(120)  # it took hours before load_thread was linear (scripts/bench_thread.py)
+def test_convert_a_9999_record_chain_with_a_raised_depth_limit(tmp_path: Path) -> None:
+    """The chain of issue 23: 9,999 sealed messages, ``[thread] max_depth = 30000``."""
+    ring = Keyring()
+    ring.add_new("k")
+    ring.save(tmp_path / "ring.json")
+    msg = "chat.gel.assistant.message"
+    plain = {"$type": "chat.gel.assistant.defs#plainContent", "parts": []}
+    records: list[tuple[str, str, object, list]] = []
+    parent = None
+    for i in range(9_999):
+        if i % 2 == 0:
+            rkey = f"3m{i:011d}"
+            rec = MessageRecord(conversation=CONV, role="user", parent=parent, content=plain,
+                                generation=GenerationRequest(), created_at=T)
+        else:
+            rkey = f"{parent}.r0"
+            rec = MessageRecord(conversation=CONV, role="assistant", parent=parent, content=plain,
+                                status="complete", created_at=T)
+        records.append((msg, rkey, rec, [text(f"m{i}")]))
+        parent = rkey
+    path = write_file(tmp_path, ring, records)
+    (tmp_path / "c.toml").write_text('[thread]\nmax_depth = 30000\n\n[defaults]\nmodel = { provider = "openai", id = "m" }\n')
+    r = runner.invoke(app, ["convert", "--keyring", str(tmp_path / "ring.json"), "--config", str(tmp_path / "c.toml"),
+                            "--message", str(parent), str(path)])
+    assert r.exit_code == 0, r.output[-2000:]
+    ms = messages(json.loads(r.stdout))
+    assert len(ms) == 9_999 and ms[0]["content"][0]["text"] == "m0" and ms[-1]["content"][0]["text"] == "m9998"

@@ -17,6 +17,7 @@ minute. The examples are the same on every run (CI must not flake);
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import io
 import json
 import os
@@ -46,6 +47,9 @@ EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "conversation"
 MSG = "chat.gel.assistant.message"
 DID = "did:plc:fuzz0000000000000000000"
 FILTER = RecordFilter.for_dids([DID])
+
+with contextlib.suppress(GelbridgeError):  # imports the SDK's frame types now: under tracemalloc it takes seconds
+    decode_frame_full(b"", None)
 
 fuzz = settings(max_examples=FUZZ_EXAMPLES, deadline=DEADLINE_MS, derandomize=os.environ.get("GELBRIDGE_FUZZ_RANDOM") != "1",
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,
@@ -236,6 +240,55 @@ def test_the_jetstream_decoder_answers_with_records_or_one_record_error(record: 
                 clean(lambda: MessageRecord.from_value(r.record, uri="at://x/y/z"))
 
 
+#: Text gelbridge cannot keep (gelbridge._records.text) and text it can, next to record keys.
+HOSTILE_TEXT = ["\ud800", "3mk\udfff2", "\x00", "3mk\x002", "\ufffe", "3mk\uffff", "\x1b[2J", "3mk2\n"]
+keys = st.one_of(st.sampled_from(HOSTILE_TEXT), st.text(_chars, max_size=20), st.just("3mkvalidkey22"))
+
+
+def _kept(rec: Any) -> None:
+    """What a decoder passes on has a record key and a CID (or None) gelbridge can store."""
+    from gelbridge._records.keys import is_valid_rkey
+    from gelbridge._records.text import is_storable
+
+    assert is_valid_rkey(rec.rkey), ascii(rec.rkey)
+    assert rec.cid is None or (is_storable(rec.cid) and rec.cid.isascii()), ascii(rec.cid)
+
+
+@fuzz
+@given(keys, keys, st.sampled_from(["create", "update", "delete"]))
+def test_jetstream_events_with_hostile_keys_and_cids_never_pass_them_on(rkey: str, cid: str, op: str) -> None:
+    event = {"did": DID, "time_us": 1, "kind": "commit", "commit": {
+        "rev": "r", "operation": op, "collection": MSG, "rkey": rkey, "cid": cid, "record": valid_message()}}
+    text = json.dumps(event)  # escapes lone surrogates: valid JSON
+    for given_ in (event, text, text.encode()):
+        got = clean(lambda: from_jetstream_event(given_, FILTER))
+        for rec in got if isinstance(got, list) else []:
+            _kept(rec)
+
+
+@fuzz
+@given(keys)
+def test_firehose_ops_with_hostile_record_keys_are_skipped(rkey: str) -> None:
+    frame = _commit_frame([("create", f"{MSG}/{rkey}"), ("create", f"{MSG}/3mkvalidkey22")])
+    got = clean(lambda: from_firehose_frame(frame, FILTER))
+    if isinstance(got, list):
+        for rec in got:
+            _kept(rec)
+        assert "3mkvalidkey22" in [r.rkey for r in got]  # one bad op never costs the others
+
+
+def _commit_frame(ops: list[tuple[str, str]]) -> bytes:
+    """A commit frame of ``ops`` (action, path), each with the valid message as its block
+    (paths as CBOR text, lone surrogates as the invalid UTF-8 a hostile relay could send)."""
+    block = cbor(valid_message())
+    cid = bytes.fromhex("01711220") + hashlib.sha256(block).digest()
+    car = _car_header([cid]) + _varint(len(cid) + len(block)) + cid + block
+    body = {"seq": 5, "repo": DID, "rev": "r", "since": None, "time": "2026-01-01T00:00:00Z",
+            "ops": [{"action": a, "path": p, "cid": _link(cid)} for a, p in ops], "commit": None,
+            "rebase": False, "tooBig": False, "blobs": []}
+    return cbor({"op": 1, "t": "#commit"}) + _cbor_with_bytes(body, car)
+
+
 @fuzz
 @given(st.one_of(hostile_values.map(cbor), deep_cbor(), st.binary(max_size=300)))
 def test_the_firehose_decoder_answers_with_events_or_one_firehose_error(block: bytes) -> None:
@@ -342,23 +395,73 @@ def workdir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @fuzz
 @given(st.one_of(mutated_message().map(json_text), deep().map(json_text), json_values.map(json_text),
-                 deep_json_text()))
-def test_cli_open_and_convert_print_json_or_one_error_line(workdir: Path, value: str) -> None:
+                 deep_json_text()), st.sampled_from([0, 3]))
+def test_cli_open_and_convert_print_json_or_one_error_line(workdir: Path, value: str, index: int) -> None:
+    """One record of the example replaced: the conversation record (0) or the message
+    answered (3)."""
     records = workdir / "records.json"
     doc = json.loads((EXAMPLE / "records.json").read_text())
-    doc["records"][0]["value"] = "@VALUE@"  # one record of the example replaced
+    doc["records"][index]["value"] = "@VALUE@"
     records.write_bytes(json.dumps(doc).replace('"@VALUE@"', value).encode("utf-8", "surrogatepass"))
     first = doc["records"][0]["uri"].rsplit("/", 1)[1]
     for args in (["open", "--keyring", str(workdir / "keyring.json"), str(records)],
                  ["convert", "--keyring", str(workdir / "keyring.json"), "--message", first, str(records)],
-                 ["convert", "--keyring", str(workdir / "keyring.json"), "--message", "3mbd36vbls22b",
-                  str(records)]):
-        with bounded_memory():
-            code, out, err = run_cli(*args)
-        assert code in (0, 1), (args, code, err[-500:])
-        assert "Traceback" not in err, err[-2000:]
-        if code == 1:
-            assert err.count("\n") <= 100 and err.rstrip().splitlines()[-1].startswith("error: "), err[-500:]
+                 ["convert", "--keyring", str(workdir / "keyring.json"), "--message", ANSWERED, str(records)]):
+        check_cli(*args)
+
+
+ANSWERED = "3mbd36vbls22b"  # the example's last user message
+
+
+def check_cli(*args: str) -> tuple[int, str, str]:
+    """``gelbridge ARGS`` ends with JSON or one error line: exit 0 or 1, never a traceback."""
+    with bounded_memory():
+        code, out, err = run_cli(*args)
+    assert code in (0, 1), (args, code, err[-500:])
+    assert "Traceback" not in err, err[-2000:]
+    if code == 1:
+        assert err.count("\n") <= 100 and err.rstrip().splitlines()[-1].startswith("error: "), err[-500:]
+    return code, out, err
+
+
+def _set(path: str, text: str) -> Callable[[dict[str, Any]], None]:
+    """Set a field of the answered message (``a.b`` nested, ``a[0]`` in a list) to ``text``."""
+    def apply(value: dict[str, Any]) -> None:
+        *outer, last = path.split(".")
+        for name in outer:
+            value = value.setdefault(name, {})
+        if last.endswith("[0]"):
+            value[last[:-3]] = [text]
+        elif last == "@name":
+            value[text] = "x"
+        else:
+            value[last] = text
+    return apply
+
+
+TEXT_FIELDS = ["conversation", "parent", "role", "effort", "createdAt", "generation.effort",
+               "generation.model.provider", "generation.model.id", "generation.tools[0]", "content.keyId",
+               "content.scheme", "extra.deep", "@name"]
+
+
+@pytest.mark.parametrize("text", HOSTILE_TEXT, ids=ascii)
+@pytest.mark.parametrize("field", TEXT_FIELDS)
+def test_cli_on_hostile_text_in_any_field_of_the_answered_message(workdir: Path, field: str, text: str) -> None:
+    """Each field of the message ``convert`` answers set to text gelbridge cannot keep (a
+    lone surrogate, NUL) or can (U+FFFE, controls): JSON or one error line, and text it
+    cannot keep is refused as such (naming the field, never the text)."""
+    from gelbridge._records.text import text_problem
+
+    doc = json.loads((EXAMPLE / "records.json").read_text())
+    _set(field, text)(doc["records"][3]["value"])
+    records = workdir / "records.json"
+    records.write_bytes(json.dumps(doc).encode())  # JSON escapes: \\ud800, \\u0000
+    check_cli("open", "--keyring", str(workdir / "keyring.json"), str(records))
+    code, out, err = check_cli("convert", "--keyring", str(workdir / "keyring.json"), "--message", ANSWERED,
+                               str(records))
+    if text_problem(text) is not None:
+        assert code == 1 and ("surrogate" in err or "NUL" in err), err[-500:]
+        assert text not in err and ascii(text)[1:-1] not in err.split("field", 1)[-1]
 
 
 @fuzz

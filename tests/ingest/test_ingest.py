@@ -151,9 +151,9 @@ def test_jetstream_text_without_our_prefix_is_never_parsed() -> None:
 
 
 def test_jetstream_v2_commit_bodies_use_seq_as_cursor() -> None:
-    body = {"did": ME, "seq": 77, "collection": MSG, "rkey": "k", "operation": "create", "cid": "bafyx",
+    body = {"did": ME, "seq": 77, "collection": MSG, "rkey": "k", "operation": "create", "cid": "bafyx000",
             "record": {"role": "user"}, "rev": "r", "time": "t"}
-    assert from_jetstream_event(body, FLT) == [IncomingRecord(ME, MSG, "k", "bafyx", {"role": "user"}, 77, "create")]
+    assert from_jetstream_event(body, FLT) == [IncomingRecord(ME, MSG, "k", "bafyx000", {"role": "user"}, 77, "create")]
     v2_frame = libipld.encode_dag_cbor({"op": 1, "t": "#commit"}) + libipld.encode_dag_cbor(body)
     assert from_jetstream_event(Frame.from_bytes(v2_frame), FLT)[0].source_cursor == 77
 
@@ -163,11 +163,11 @@ def test_jetstream_v2_commit_bodies_use_seq_as_cursor() -> None:
 
 def test_plain_records_none_is_a_delete_and_foreign_ones_are_dropped() -> None:
     rec = {"role": "user"}
-    assert from_record(ME, MSG, "k", "bafyx", rec, FLT) == [IncomingRecord(ME, MSG, "k", "bafyx", rec, None, "create")]
+    assert from_record(ME, MSG, "k", "bafyx000", rec, FLT) == [IncomingRecord(ME, MSG, "k", "bafyx000", rec, None, "create")]
     assert from_record(ME, MSG, "k", None, None, FLT) == [IncomingRecord(ME, MSG, "k", None, None, None, "delete")]
     assert from_record(ME, MSG, "k", None, None, FLT, action="update")[0].action == "update"
-    assert from_record(OTHER, MSG, "k", "bafyx", rec, FLT) == []
-    assert from_record(ME, "app.bsky.feed.post", "k", "bafyx", rec, FLT) == []
-    assert from_record(ME, MSG, "", "bafyx", rec, FLT) == []
+    assert from_record(OTHER, MSG, "k", "bafyx000", rec, FLT) == []
+    assert from_record(ME, "app.bsky.feed.post", "k", "bafyx000", rec, FLT) == []
+    assert from_record(ME, MSG, "", "bafyx000", rec, FLT) == []
     with pytest.raises(ValueError):
         from_record(ME, MSG, "k", None, rec, FLT, action="frob")  # type: ignore[arg-type]

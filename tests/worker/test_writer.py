@@ -298,3 +298,55 @@ async def test_re_reading_is_bounded_in_time(monkeypatch: pytest.MonkeyPatch) ->
     with pytest.raises(GelbridgeError, match="kept changing"):
         await w.final([TextPart(text="y")], status="complete")
     assert authority.asked == 0 and len(pds.puts) == 1
+
+
+class SlowPds(FakePds):
+    """Each putRecord takes ``latency`` seconds of the test's clock; the times it was sent
+    and answered are kept."""
+
+    def __init__(self, clock: Clock, latency: float) -> None:
+        super().__init__()
+        self.clock, self.latency = clock, latency
+        self.times: list[tuple[float, float, str]] = []
+
+    async def put_record(self, collection: str, rkey: str, value: dict[str, Any], *, swap_record: Any,
+                         must_land: bool = False) -> Any:
+        sent = self.clock.t
+        self.clock.t += self.latency
+        res = await super().put_record(collection, rkey, value, swap_record=swap_record, must_land=must_land)
+        self.times.append((sent, self.clock.t, value["status"]))
+        return res
+
+
+async def test_progress_waits_the_interval_from_when_the_previous_write_landed() -> None:
+    """The gap an app sees between two revisions is never shorter than the interval,
+    however long a write takes (it was counted from when the previous one was sent:
+    with 0.9 s writes, revisions 1.1 s apart at ``update_interval = 2``)."""
+    clock = Clock()
+    pds = SlowPds(clock, latency=0.9)
+    kr = Keyring()
+    kid = kr.add_new("k1")
+    w = ReplyWriter(pds, RepoView(pds, DID), reply_rkey="3mk.r0", message_rkey="3mk", conversation="3mc",
+                    key_id=kid, keyring=kr, update_interval=2.0, clock=clock)
+    await w.claim()  # sent at 0, landed at 0.9
+    n = 0
+    while clock.t < 20:  # a token every 50 ms; each write moves the clock on by its latency
+        n += 1
+        w.maybe_progress(lambda n=n: [TextPart(text="x" * n)])
+        await w.settle()
+        clock.t += 0.05
+    checkpoint = len(pds.times)
+    await w.checkpoint([TextPart(text="a tool step")])
+    w.maybe_progress(lambda: [TextPart(text="after the checkpoint")])
+    await w.settle()
+    assert len(pds.times) == checkpoint + 1  # the interval counts from the checkpoint too
+    clock.t += 2.0
+    w.maybe_progress(lambda: [TextPart(text="after the checkpoint")])
+    await w.settle()
+    await w.final([TextPart(text="done")], status="complete")
+    statuses = [s for _, _, s in pds.times]
+    assert statuses[0] == "pending" and statuses[-1] == "complete" and statuses.count("streaming") >= 7
+    assert len(pds.times) == checkpoint + 3
+    for i in range(1, len(pds.times) - 1):  # every write but the final one
+        if i != checkpoint:  # written now, whatever the interval (docs/worker.md)
+            assert pds.times[i][0] - pds.times[i - 1][1] >= 2.0 - 1e-9, (i, pds.times)
