@@ -17,11 +17,15 @@ process is still up, a normal message; then the process is stopped and started a
 ``--stream`` runs the second attack instead: an openai-responses stream of 40,000
 citations (closing events of ~11 MB each), progress writes off.
 
+``--chunk-cost`` measures what the checks before each push cost on the hot path
+instead: one small text delta (an OpenAI chat chunk) through the built-in ``openai``
+adapter's ``StreamSession.chunk``, in batches of 10,000, in a fresh process per tree.
+
 "before" is ``gelbridge/`` and ``adapters/`` of ``--before`` (default: the commit before
 the first fix on main, ``bcaa7fb^``), "after" the working tree; the two trees' runs
 alternate. Medians over ``--runs``.
 
-Run: ``.venv/bin/python scripts/bench_oversized_request.py [--runs=3] [--stream] [--before=REV]``.
+Run: ``.venv/bin/python scripts/bench_oversized_request.py [--runs=3] [--stream | --chunk-cost] [--before=REV]``.
 """
 
 from __future__ import annotations
@@ -40,7 +44,8 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
+if "--chunk-child" not in sys.argv:  # a child imports the tree on its PYTHONPATH
+    sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
 MiB = 1024 * 1024
 WAIT = 180.0
@@ -215,18 +220,71 @@ def summary(name: str, runs: list[dict[str, Any]]) -> str:
             f"reply then {sorted({str(r['attack_final_after_restart']) for r in runs})}")
 
 
+CHUNK = '{"id":"c1","object":"chat.completion.chunk","choices":[{"index":0,"delta":{"content":"hello "}}]}'
+
+
+def chunk_child() -> None:
+    """Microseconds per chunk, median over batches (whichever ``gelbridge`` is on the path)."""
+    import json
+
+    import gelbridge
+    from gelbridge._adapters.host import load_adapter
+    from gelbridge._adapters.sandbox import SandboxLimits
+
+    tree = Path(gelbridge.__file__).parent.parent
+    a = load_adapter(tree / "adapters" / "openai.lua", limits=SandboxLimits(), allow_hosts={})
+    per: list[float] = []
+    with a.stream_session() as s:
+        step = s.chunk
+        for _ in range(2_000):
+            step(CHUNK)
+        for _ in range(30):
+            t = time.perf_counter()
+            for _ in range(10_000):
+                step(CHUNK)
+            per.append((time.perf_counter() - t) / 10_000 * 1e6)
+    print(json.dumps({"gelbridge": gelbridge.__file__, "us": statistics.median(per)}))
+
+
+def chunk_cost(trees: dict[str, Path], runs: int) -> None:
+    import json
+
+    got: dict[str, list[float]] = {name: [] for name in trees}
+    for i in range(runs):
+        for name, tree in trees.items():
+            out = subprocess.run([sys.executable, __file__, "--chunk-child"], env={**os.environ, "PYTHONPATH": str(tree)},
+                                 cwd=tempfile.gettempdir(), capture_output=True, text=True, timeout=600, check=True)
+            r = json.loads(out.stdout.strip().splitlines()[-1])
+            if not r["gelbridge"].startswith(str(tree)):
+                raise SystemExit(f"imported {r['gelbridge']}, not the tree {tree}")
+            got[name].append(r["us"])
+            print(f"  run {i} {name:<6} {r['us']:.2f} us per chunk", flush=True)
+    for name, vals in got.items():
+        print(f"{name:<7} median {statistics.median(vals):.2f} us per chunk over {runs} process(es)")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--stream", action="store_true", help="the 40,000-citation stream instead of the 100 file parts")
     ap.add_argument("--before", default="bcaa7fb^", help="the revision before the fix")
     ap.add_argument("--restart-wait", type=float, default=20.0, help="seconds the restarted process is watched")
+    ap.add_argument("--chunk-cost", action="store_true", help="the per-chunk cost of the push checks instead")
+    ap.add_argument("--chunk-child", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
-
-    from gelbridge._dev.pds import DevPds
+    if args.chunk_child:
+        chunk_child()
+        return
 
     tmp = Path(tempfile.mkdtemp(prefix="gelbridge-bench-oversized-"))
     trees = {"before": export_tree(args.before, tmp / "before"), "after": ROOT}
+    if args.chunk_cost:
+        print(f"stream chunk cost: before = {args.before}, after = the working tree", flush=True)
+        chunk_cost(trees, args.runs)
+        return
+
+    from gelbridge._dev.pds import DevPds
+
     results: dict[str, list[dict[str, Any]]] = {name: [] for name in trees}
     what = "40,000-citation stream" if args.stream else "100 file parts naming one 1 MiB blob"
     print(f"oversized request ({what}): {args.runs} run(s) per tree; before = {args.before}, after = the working "
