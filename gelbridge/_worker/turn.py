@@ -336,14 +336,25 @@ async def _blobs_for(deps: TurnDeps, opened: list[OpenedMessage], keys: dict[str
             except (GelbridgeError, KeyError) as e:
                 log.info("a blob of the thread is not available (%s)", type(e).__name__)  # its ref is sealed
                 continue
-            deps.blob_cache[cid] = data
-            while len(deps.blob_cache) > 64:
-                deps.blob_cache.popitem(last=False)
+            keep_blob(deps.blob_cache, cid, data, 2 * limit)
         total += len(data)
         if total > limit:
             raise RequestTooLargeError.of(total, limit, "its files and images alone are more than")
         out[cid] = data
     return out
+
+
+#: opened blobs an account keeps for its next turns, at most (and at most twice ``[thread]
+#: max_request_bytes`` of them in all: 64 blobs of 5 MiB would be 320 MiB per account)
+BLOB_CACHE_ENTRIES = 64
+
+
+def keep_blob(cache: OrderedDict[str, bytes], cid: str, data: bytes, max_bytes: int) -> None:
+    """Add an opened blob to an account's cache, the oldest going first past its bounds."""
+    cache[cid] = data
+    size = sum(map(len, cache.values()))
+    while len(cache) > 1 and (len(cache) > BLOB_CACHE_ENTRIES or size > max_bytes):
+        size -= len(cache.popitem(last=False)[1])
 
 
 # --- tools ---------------------------------------------------------------------------------------
