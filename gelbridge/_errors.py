@@ -114,9 +114,11 @@ class RequestTooLargeError(GelbridgeError):
     kind = "invalid_request"
 
     @classmethod
-    def of(cls, size: int, limit: int, what: str = "its request to the model would be") -> RequestTooLargeError:
-        return cls(f"this conversation is too large to send to the model: {what} {_mb(size)} and this "
-                   f"gelbridge sends at most {_mb(limit)} ([thread] max_request_bytes); start a new "
+    def of(cls, limit: int, what: str = "its request to the model would be") -> RequestTooLargeError:
+        """The message names the bound only: the request's own size is derived from sealed
+        content, and this message is written unsealed."""
+        return cls(f"this conversation is too large to send to the model: {what} larger than the "
+                   f"{_mb(limit)} this gelbridge sends ([thread] max_request_bytes); start a new "
                    "conversation, or send fewer or smaller files")
 
 

@@ -185,7 +185,7 @@ def provider_body(adapter: Adapter, request: LuxRequest, *, provider: str, model
     # orjson's UTF-8 bytes go to Lua as they are (no str round trip of ~10 KB)
     raw = orjson.dumps(conv.value)
     if max_bytes is not None and len(raw) > max_bytes:
-        raise RequestTooLargeError.of(len(raw), max_bytes)
+        raise RequestTooLargeError.of(max_bytes)
     return Converted(adapter.transform_request(raw), conv.diagnostics)
 
 

@@ -339,7 +339,7 @@ async def _blobs_for(deps: TurnDeps, opened: list[OpenedMessage], keys: dict[str
             keep_blob(deps.blob_cache, cid, data, 2 * limit)
         total += len(data)
         if total > limit:
-            raise RequestTooLargeError.of(total, limit, "its files and images alone are more than")
+            raise RequestTooLargeError.of(limit, "its files and images alone are")
         out[cid] = data
     return out
 

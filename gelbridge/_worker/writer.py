@@ -275,6 +275,10 @@ class ReplyWriter:
         self._progress_task: asyncio.Task[None] | None = None
         self._last_parts_len = -1
         self._last_parts: list[Part] | None = None
+        # when parts are next built for a progress check: not before an interval after a
+        # build that found nothing new (else every later event rebuilt them, 40,000 times
+        # for an answer citing 40,000 pages, blocking the event loop for minutes)
+        self._next_build = 0.0
 
     # --- content -------------------------------------------------------------------------
 
@@ -413,7 +417,7 @@ class ReplyWriter:
         if self.update_interval <= 0 or self.lost:
             return
         now = self._clock()  # called per stream event: the cheap test first (a gap is never shorter)
-        if now - self._last_write < self.update_interval:
+        if now - self._last_write < self.update_interval or now < self._next_build:
             return
         gap = progress_gap(self.update_interval, self.pds, self.reserve_points)
         if gap is None or now - self._last_write < gap:
@@ -422,6 +426,7 @@ class ReplyWriter:
             return  # still in flight: the gap counts from when it lands
         parts = build_parts()
         if not parts or (self._last_parts is not None and parts == self._last_parts):
+            self._next_build = now + self.update_interval
             return
         self._last_parts = parts
         self._progress_task = asyncio.create_task(self._progress(parts), name=f"progress {self.reply_rkey}")

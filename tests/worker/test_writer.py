@@ -47,6 +47,30 @@ async def test_claim_progress_and_final_are_sealed_and_chained_by_cid(setup: Any
     assert [p.text for p in opened.parts] == ["done"]
 
 
+async def test_parts_that_did_not_change_are_built_again_only_an_interval_later(setup: Any) -> None:
+    """A stream of 40,000 citation events, after the 256 sources a reply keeps, rebuilt the
+    unchanged parts on every event (the early return noted no time): minutes of event loop."""
+    pds, kr, kid, clock, w = setup
+    await w.claim()
+    builds = 0
+
+    def same() -> list[TextPart]:
+        nonlocal builds
+        builds += 1
+        return [TextPart(text="unchanged")]
+
+    clock.t = 2.5
+    w.maybe_progress(same)
+    await w.settle()
+    assert builds == 1 and len(pds.puts) == 2
+    for i in range(40_000):  # 40,000 events over 10 s of stream
+        clock.t = 5.0 + i * 0.00025
+        w.maybe_progress(same)
+    await w.settle()
+    assert len(pds.puts) == 2  # nothing new: nothing written
+    assert builds <= 1 + 10 / 2.0 + 1  # at most one build an interval
+
+
 async def test_interval_zero_means_only_claim_and_final(setup: Any) -> None:
     pds, kr, kid, clock, w = setup
     w.update_interval = 0
