@@ -273,7 +273,6 @@ class ReplyWriter:
         self._lock = asyncio.Lock()
         self._last_write = clock()  # when the last write of this reply landed (or this writer was made)
         self._progress_task: asyncio.Task[None] | None = None
-        self._last_parts_len = -1
         self._last_parts: list[Part] | None = None
         # when parts are next built for a progress check: not before an interval after a
         # build that found nothing new (else every later event rebuilt them, 40,000 times
