@@ -27,6 +27,14 @@ class GelbridgeError(Exception):
     diagnostics: list[Any] = []  # replaced per instance, never appended to
 
 
+#: ``error.kind`` values a reply may carry (PROTOCOL.md §1): the Lux IR error kinds
+#: (``lux.ErrorKind``, spelled out: lux imports this module; tests/test_errors.py checks
+#: that each is here) plus gelbridge's own.
+REPLY_ERROR_KINDS: Final[frozenset[str]] = frozenset({
+    "rate_limit", "invalid_request", "authentication", "server_error", "content_filter",
+    "decrypt_failed", "bad_record", "adapter_error", "tool_error", "timeout", "interrupted"})
+
+
 class ConfigError(GelbridgeError):
     """The configuration file or environment is wrong."""
 

@@ -20,7 +20,7 @@ import logging
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
-from gelbridge._errors import ConfigError
+from gelbridge._errors import REPLY_ERROR_KINDS, ConfigError
 
 log = logging.getLogger("gelbridge.tracing")
 
@@ -116,8 +116,6 @@ def failed(sp: Any, kind: str) -> None:
     if sp is None:
         return
     from opentelemetry.trace import Status, StatusCode
-
-    from gelbridge._worker.decide import REPLY_ERROR_KINDS
 
     word = str(kind)
     if word not in REPLY_ERROR_KINDS and not (word.isidentifier() and word[:1].isupper()):

@@ -4,7 +4,16 @@ from __future__ import annotations
 
 import pytest
 
-from gelbridge._errors import FAULTS, PdsError, ProviderError, ProviderFault, failure_of, known_code
+from gelbridge._errors import (
+    FAULTS,
+    REPLY_ERROR_KINDS,
+    PdsError,
+    ProviderError,
+    ProviderFault,
+    failure_of,
+    known_code,
+)
+from gelbridge.lux import ErrorKind
 
 
 def test_a_fault_says_what_happened_where_and_for_which_provider() -> None:
@@ -46,3 +55,8 @@ def test_at_fills_only_what_the_fault_lacks() -> None:
     f = ProviderFault("status", status=500)
     assert f.at(host="h:1", provider="p") == ProviderFault("status", host="h:1", status=500, provider="p")
     assert ProviderFault("cut", host="a:1").at(host="b:2").host == "a:1"
+
+
+def test_every_lux_error_kind_is_a_reply_error_kind() -> None:
+    assert {k.value for k in ErrorKind} <= REPLY_ERROR_KINDS
+    assert {"decrypt_failed", "bad_record", "adapter_error", "tool_error", "timeout", "interrupted"} <= REPLY_ERROR_KINDS

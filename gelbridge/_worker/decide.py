@@ -14,7 +14,7 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Any
 
-from gelbridge._errors import ProviderFault, RecordError
+from gelbridge._errors import REPLY_ERROR_KINDS, ProviderFault, RecordError
 from gelbridge._records.constants import (
     FINAL_STATUSES,
     MESSAGE_COLLECTION,
@@ -24,7 +24,6 @@ from gelbridge._records.constants import (
 from gelbridge._records.keys import reply_rkey
 from gelbridge._records.models import EncryptedContent, MessageRecord
 from gelbridge._records.text import is_storable
-from gelbridge.lux._models import ErrorKind
 
 
 @dataclass(frozen=True, slots=True)
@@ -152,12 +151,6 @@ _GENERIC: dict[str, str] = {
     "interrupted": "gelbridge stopped while writing this reply; ask again to regenerate it",
     "tool_error": "a tool failed",
 }
-
-
-#: ``error.kind`` values a reply may carry (PROTOCOL.md §1): the Lux IR error kinds plus
-#: gelbridge's own.
-REPLY_ERROR_KINDS: frozenset[str] = frozenset(k.value for k in ErrorKind) | {
-    "decrypt_failed", "bad_record", "adapter_error", "tool_error", "timeout", "interrupted"}
 
 
 def reply_error_kind(kind: object) -> str:
