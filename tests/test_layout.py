@@ -17,8 +17,9 @@ PACKAGE = TESTS.parent / "gelbridge"
 CROSS_CUTTING = {"integration", "fuzz", "testkit"}
 #: test folders for what is not a Python module: the built-in Lua adapters (adapters/*.lua)
 NOT_MODULES = {"adapters/builtin"}
-#: top-level test files about the package as a whole (test_docs.py: its README and docs/)
-WHOLE_PACKAGE = {"test_public_api.py", "test_layout.py", "test_docs.py"}
+#: top-level test files about the package as a whole (test_docs.py: its README and docs/;
+#: test_layers.py: its import graph)
+WHOLE_PACKAGE = {"test_public_api.py", "test_layout.py", "test_docs.py", "test_layers.py"}
 
 
 def _module(parent: Path, name: str) -> Path | None:

@@ -26,6 +26,10 @@ PLAIN_CONTENT_TYPE: Final = defs_type("plainContent")
 #: blocks up to 1 MiB; a record larger than that cannot be in a repo.
 MAX_RECORD_BYTES: Final = 1024 * 1024
 
+#: How deep objects and arrays may nest in anything gelbridge reads
+#: (``gelbridge._records.nesting`` says why and checks it).
+MAX_DEPTH: Final = 64
+
 ROLE_USER: Final = "user"
 ROLE_ASSISTANT: Final = "assistant"
 

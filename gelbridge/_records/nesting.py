@@ -25,9 +25,8 @@ import re
 from typing import Any
 
 from gelbridge._errors import RecordError
+from gelbridge._records.constants import MAX_DEPTH as MAX_DEPTH
 from gelbridge._records.text import LONE_SURROGATE
-
-MAX_DEPTH = 64
 
 _STRUCTURE = re.compile(rb'["\[\]{}]')
 

@@ -26,6 +26,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from gelbridge._errors import RecordError
+from gelbridge._records.constants import MAX_DEPTH
 
 NUL = "\x00"
 LONE_SURROGATE = "a string that is not valid Unicode (a lone surrogate)"
@@ -60,8 +61,6 @@ def field_problem(value: Mapping[str, Any]) -> tuple[str, str] | None:
     there is none. ``field`` is the top-level field it is in (a name that is not a plain
     identifier is not quoted). Iterative; containers nested deeper than the nesting limit
     are not entered (that limit is checked on its own)."""
-    from gelbridge._records.nesting import MAX_DEPTH
-
     for top, v in value.items():
         where = top if isinstance(top, str) and _NAME.fullmatch(top) else "(a field name)"
         if top in CONTENT_FIELDS and type(v) is dict:
