@@ -24,6 +24,7 @@ from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from gelbridge._config_keys import key_name, unknown_key_problem
 from gelbridge._errors import ConfigError
 
 
@@ -420,26 +421,6 @@ def _model_at(loc: tuple[Any, ...]) -> type[BaseModel] | None:
     return model
 
 
-def _where(loc: tuple[Any, ...]) -> str:
-    """``("tools", "max_step")`` → ``[tools] max_step``; ``("wacth",)`` → ``[wacth]``."""
-    keys = [str(p) for p in loc]
-    if len(keys) == 1:
-        return f"[{keys[0]}]"
-    return f"[{'.'.join(keys[:-1])}] {keys[-1]}"
-
-
-def unknown_key_problem(loc: tuple[Any, ...], known: list[str]) -> str:
-    """One line for a key that is not a setting, with the closest valid name."""
-    from difflib import get_close_matches
-
-    name = str(loc[-1])
-    close = get_close_matches(name, known, n=1, cutoff=0.6)
-    hint = f"; did you mean {_where((*loc[:-1], close[0]))}?" if close else (
-        f"; known here: {', '.join(sorted(known))}" if known else "")
-    what = "section" if len(loc) == 1 else "key"
-    return f"{_where(loc)}: unknown {what}{hint}"
-
-
 def config_problems(err: ValidationError) -> list[str]:
     """Every problem a validation found, one line each (unknown keys with the closest
     valid name)."""
@@ -452,7 +433,7 @@ def config_problems(err: ValidationError) -> list[str]:
             out.append(unknown_key_problem(loc, known))
         else:
             msg = "must be a path (a string)" if e["type"] == "path_type" else e["msg"].removeprefix("Value error, ")
-            out.append(f"{_where(loc) if loc else '(top level)'}: {msg}")
+            out.append(f"{key_name(loc) if loc else '(top level)'}: {msg}")
     return out
 
 
@@ -472,7 +453,7 @@ def _take_table_problems(data: dict[str, Any]) -> list[str]:
             for er in e.errors():
                 loc = ("tools", *er["loc"])
                 out.append(unknown_key_problem(loc, list(ToolsConfig.model_fields))
-                           if er["type"] == "extra_forbidden" else f"{_where(loc)}: {er['msg']}")
+                           if er["type"] == "extra_forbidden" else f"{key_name(loc)}: {er['msg']}")
                 tools.pop(er["loc"][0], None)
         for name, table in list(tools.items()):
             if not isinstance(table, dict):

@@ -10,6 +10,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from gelbridge._config_keys import unknown_key_problem
 from gelbridge._errors import ConfigError
 
 Approval = Literal["always", "never"]
@@ -151,8 +152,6 @@ def check_tool_tables(tools_table: dict[str, Any]) -> None:
 
 def mcp_problems(mcp_table: dict[str, Any]) -> list[str]:
     """Every problem of ``[mcp]``, one line each (empty: it is well-formed)."""
-    from gelbridge._config import unknown_key_problem
-
     out = [unknown_key_problem(("mcp", k), ["servers"]) for k in mcp_table if k != "servers"]
     servers = mcp_table.get("servers", {})
     if not isinstance(servers, dict):
