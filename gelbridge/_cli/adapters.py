@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from gelbridge._cli import app
+from gelbridge._cli._app import app
 
 adapters_app = typer.Typer(help="Inspect the Lua model adapters.", no_args_is_help=True)
 app.add_typer(adapters_app, name="adapters")

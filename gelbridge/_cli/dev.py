@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import typer
 
-from gelbridge._cli import app
+from gelbridge._cli._app import app
 from gelbridge._dev._tool_mode import Mode
 from gelbridge._dev.snippets import MODEL_KEY_ENV, PASSWORD_ENV
 from gelbridge._errors import GelbridgeError

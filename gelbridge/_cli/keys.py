@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from gelbridge._cli import app
+from gelbridge._cli._app import app
 from gelbridge._errors import KEYRING_ENV
 
 keys_app = typer.Typer(help="Manage the keyring (named 32-byte keys that seal records).", no_args_is_help=True)

@@ -1,4 +1,5 @@
-"""Offline record commands: ``gelbridge open`` and ``gelbridge convert``.
+"""Offline record commands: ``gelbridge open`` and ``gelbridge convert`` (with ``--to``,
+:func:`print_provider_body`).
 
 Shared pieces for every command here: :data:`RecordsArgument`,
 :data:`KeyringOption`, :func:`load_keyring`, :func:`open_file` (records of a file with
@@ -14,9 +15,17 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from gelbridge._cli import app
-from gelbridge._errors import KEYRING_ENV, ConfigError, GelbridgeError, KeyringError, RecordError
-from gelbridge._terminal import safe_json, safe_line
+from gelbridge._cli._app import app
+from gelbridge._errors import (
+    KEYRING_ENV,
+    AdapterError,
+    AdapterLoadError,
+    ConfigError,
+    GelbridgeError,
+    KeyringError,
+    RecordError,
+)
+from gelbridge._terminal import safe_json, safe_line, safe_text
 
 if TYPE_CHECKING:  # imported where used: '--help' and the other commands need none of them
     from gelbridge._config import Settings
@@ -165,6 +174,36 @@ def _why_no_request(records: Path, message: str, turn: Any) -> GelbridgeError:
     return GelbridgeError(f"no request: {why}")
 
 
+def print_provider_body(adapter_name: str, result: ConvertResult, settings: Settings,
+                        show_content: bool = False) -> None:
+    """Print the provider request body adapter ``adapter_name`` builds for ``result``
+    (stdout, pretty JSON when it is JSON) and the diagnostics (stderr)."""
+    import json
+
+    from gelbridge._adapters.client import provider_body, shaped_for
+    from gelbridge._adapters.registry import registry_from_settings
+
+    registry = registry_from_settings(settings)
+    adapter = registry.get(adapter_name)
+    shaping: list[Diagnostic] = []
+    request, _ = shaped_for(result.request, adapter, settings.providers.get(result.provider), shaping)
+    try:
+        conv = provider_body(adapter, request, provider=result.provider, model=result.request.model)
+    except AdapterError as e:
+        if show_content or isinstance(e, AdapterLoadError):
+            raise
+        # a script's runtime error may quote the request (sealed content)
+        raise GelbridgeError(f"adapter {adapter_name!r} failed on this request ({e.kind}); "
+                             "add --show-content to see its message") from None
+    try:
+        text = safe_json(json.loads(conv.value))
+    except ValueError:  # a body that is not JSON: as text, shown
+        text = safe_text(conv.value)
+    sys.stdout.write(text + "\n")
+    for d in [*result.diagnostics, *shaping, *conv.diagnostics]:
+        sys.stderr.write(safe_line(d.describe(show_content)) + "\n")
+
+
 @app.command("convert")
 def convert_command(
     records: RecordsArgument,
@@ -195,8 +234,6 @@ def convert_command(
     ring = load_keyring(keyring)
     result = convert_file(records, ring, message, settings)
     if to is not None:
-        from gelbridge._cli.reply import print_provider_body
-
         print_provider_body(to, result, settings, show_content)
         return
     print_json(result.request.to_json())

@@ -1,7 +1,5 @@
 """``gelbridge reply``: one whole turn offline, from a record file to the sealed reply record.
 
-Also the ``--to`` output of ``gelbridge convert`` (:func:`print_provider_body`).
-
 ``reply`` runs the worker's own turn on the record file (``gelbridge._worker.offline``):
 the same thread walk, choice, approvals and reply record as ``gelbridge run``, calling
 the model through ``ModelClient`` (the provider of the chosen modelRef), and prints the
@@ -19,45 +17,13 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from gelbridge._cli import app
+from gelbridge._cli._app import app
 from gelbridge._cli.records import KeyringOption, RecordsArgument, ShowContentOption
-from gelbridge._errors import AdapterError, AdapterLoadError, GelbridgeError
-from gelbridge._terminal import safe_json, safe_line, safe_text
+from gelbridge._errors import GelbridgeError
+from gelbridge._terminal import safe_line
 
 if TYPE_CHECKING:
-    from gelbridge._cli.records import ConvertResult
     from gelbridge._config import Settings
-    from gelbridge.lux import Diagnostic
-
-
-def print_provider_body(adapter_name: str, result: ConvertResult, settings: Settings,
-                        show_content: bool = False) -> None:
-    """Print the provider request body adapter ``adapter_name`` builds for ``result``
-    (stdout, pretty JSON when it is JSON) and the diagnostics (stderr)."""
-    import json
-
-    from gelbridge._adapters.client import provider_body, shaped_for
-    from gelbridge._adapters.registry import registry_from_settings
-
-    registry = registry_from_settings(settings)
-    adapter = registry.get(adapter_name)
-    shaping: list[Diagnostic] = []
-    request, _ = shaped_for(result.request, adapter, settings.providers.get(result.provider), shaping)
-    try:
-        conv = provider_body(adapter, request, provider=result.provider, model=result.request.model)
-    except AdapterError as e:
-        if show_content or isinstance(e, AdapterLoadError):
-            raise
-        # a script's runtime error may quote the request (sealed content)
-        raise GelbridgeError(f"adapter {adapter_name!r} failed on this request ({e.kind}); "
-                             "add --show-content to see its message") from None
-    try:
-        text = safe_json(json.loads(conv.value))
-    except ValueError:  # a body that is not JSON: as text, shown
-        text = safe_text(conv.value)
-    sys.stdout.write(text + "\n")
-    for d in [*result.diagnostics, *shaping, *conv.diagnostics]:
-        sys.stderr.write(safe_line(d.describe(show_content)) + "\n")
 
 
 @app.command("reply")

@@ -19,7 +19,7 @@ from typing import Annotated, Any
 
 import typer
 
-from gelbridge._cli import app
+from gelbridge._cli._app import app
 from gelbridge._errors import GelbridgeError
 from gelbridge._terminal import safe_json, safe_line, safe_text
 
