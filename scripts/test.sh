@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The whole test suite, from a fresh clone: installs what it needs, runs the lint gate
-# (ruff + mypy, scripts/lint.sh), then pytest.
+# (ruff, mypy and the layers, scripts/lint.sh), then pytest.
 # The PDS integration tests run against the real reference PDS started by the tests.
 set -euo pipefail
 cd "$(dirname "$0")/.."
