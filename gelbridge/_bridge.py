@@ -45,32 +45,26 @@ worker writes only through its own PDS session, whose DID must equal the record'
 (checked on every record: :class:`AccountMixup`). There is no path from an event of one
 DID to another account's keyring or repo.
 
-**The one orchestrator.** :meth:`run` is ``gelbridge run``, for one account or many
-(``Worker.run`` is :meth:`run` around that one worker, :meth:`around`): start-up,
-backfill, the recovery sweeps, the ``[watch]`` sources
-(:func:`gelbridge._worker.watch.watch_sources`), health and metrics, and shutdown grace
-are written once, here. Each account's backfill and sweep are its worker's
-(``Worker.backfill``, ``Worker.sweep_loop``); a library consumer that feeds records
-itself uses :meth:`start` and the ``feed_*`` methods instead of :meth:`run`.
+**The one runtime.** The bridge is the library face of :class:`gelbridge._runtime.Runtime`,
+which ``gelbridge run`` runs too: the same account start-up (:meth:`Runtime.attach`), the
+same router, the same upkeep per account (backfill, recovery sweep). :meth:`serve`
+follows the ``[watch]`` sources itself (the runtime's intake); :meth:`run` is
+``gelbridge run``, for one account or many.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import os
 import threading
 import time
 from collections import Counter
-from collections.abc import Awaitable, Callable, Coroutine, Iterable, Mapping
-from dataclasses import dataclass
+from collections.abc import Awaitable, Iterable, Mapping
 from pathlib import Path
-from types import MappingProxyType
 from typing import Any
 
-from gelbridge import _tracing as tracing
 from gelbridge._config import Settings, load_config
-from gelbridge._errors import ConfigError, GelbridgeError
+from gelbridge._errors import GelbridgeError
 from gelbridge._ingest import (
     IncomingRecord,
     RecordFilter,
@@ -78,9 +72,12 @@ from gelbridge._ingest import (
     from_jetstream_event,
     from_record,
 )
+from gelbridge._observability import Watched
+from gelbridge._runtime import Account, AccountMixup, Runtime, StaticAccounts, WorkerFactory
+from gelbridge._runtime.intake import run_until, stop_tasks
 from gelbridge._seams import Printer
-from gelbridge._state import StateStore, open_state, state_location
-from gelbridge._worker.watch import backfill_logged, deliver, run_until, stop_tasks, watch_sources
+from gelbridge._state import StateStore
+from gelbridge._worker.sources import EventSource
 
 log = logging.getLogger("gelbridge.bridge")
 
@@ -97,29 +94,8 @@ class BridgeClosed(GelbridgeError):
     kind = "invalid_request"
 
 
-class AccountMixup(GelbridgeError):
-    """A record was about to be handled by a worker of another account (a bug; never happens)."""
-
-    kind = "invalid_request"
-
-
-@dataclass(frozen=True)
-class AccountContext:
-    """One served account: its label, DID, narrowed settings and worker (own keyring,
-    PDS session and state). Looked up by the DID of each record."""
-
-    label: str
-    did: str
-    settings: Settings
-    worker: Any  # gelbridge._worker.Worker
-
-    def check(self, did: str) -> None:
-        """Refuse to handle a record of ``did`` unless this account *is* ``did``, down to the
-        DID of the PDS session its worker writes through."""
-        session = getattr(getattr(self.worker, "pds", None), "session", None)
-        if not (did == self.did == self.worker.did and session is not None and session.did == did):
-            raise AccountMixup(f"record of {did} routed to account {self.label} ({self.did}); not handled")
-
+#: one served account (kept under its old name: ``bridge.accounts[did]``)
+AccountContext = Account
 
 _Item = tuple[IncomingRecord, float]
 
@@ -140,7 +116,7 @@ class Bridge:
         backfill: bool | None = None,
         keyrings: Mapping[str, Mapping[str, bytes]] | None = None,
         environ: Mapping[str, str] | None = None,
-        worker_factory: Callable[..., Any] | None = None,
+        worker_factory: WorkerFactory | None = None,
         sweep_interval: float = 30.0,
         store: StateStore | None = None,
     ) -> None:
@@ -154,16 +130,12 @@ class Bridge:
         self.queue_size = queue_size
         self.put_timeout = put_timeout
         self.backfill_on_start = settings.worker.backfill if backfill is None else backfill
-        self._keyrings = dict(keyrings or {})
-        self._environ = environ if environ is not None else os.environ
-        self._worker_factory = worker_factory
-        self._sweep_interval = sweep_interval
         self._n_shards = shards
-        self._entries = settings.accounts_list()  # validates the account list early
-        self._by_did: dict[str, AccountContext] = {}
+        settings.accounts_list()  # validates the account list early
+        self.stats: Counter[str] = Counter()
+        self.runtime = Runtime(settings, environ=environ, store=store, keyrings=keyrings,
+                               worker_factory=worker_factory, sweep_interval=sweep_interval, stats=self.stats)
         self._filter: RecordFilter | None = None
-        self._store: StateStore | None = None
-        self._given_store = store
         self._loop: asyncio.AbstractEventLoop | None = None
         self._loop_thread: int | None = None
         self._shards: list[asyncio.Queue[_Item]] = []
@@ -174,15 +146,6 @@ class Bridge:
         self._pending = 0
         self._running = False
         self._thread: threading.Thread | None = None
-        self.stats: Counter[str] = Counter()
-        self.sources: dict[str, Any] = {}  # what serve() follows, by name (after source_coroutines())
-        self.jetstream: Any = None  # the JetstreamSource, for source = "jetstream"
-        self._serving = False  # serve() follows sources of its own (else records are fed)
-        self._adopted: Any = None  # the one started-or-not Worker of Bridge.around()
-        self.metrics: Any = None  # gelbridge._observability.Metrics, when [observability] listen is set
-        self.watched: Any = None  # gelbridge._observability.Watched, while it serves
-        #: seconds running replies get when the bridge stops (None: [worker] shutdown_grace)
-        self.shutdown_grace: float | None = None
 
     @classmethod
     def from_config(cls, path: str | Path | None = None, **kw: Any) -> Bridge:
@@ -192,9 +155,9 @@ class Bridge:
     # --- lifecycle -----------------------------------------------------------------------------
 
     @property
-    def accounts(self) -> Mapping[str, AccountContext]:
+    def accounts(self) -> Mapping[str, Account]:
         """The served accounts by DID (read-only)."""
-        return MappingProxyType(self._by_did)
+        return self.runtime.accounts
 
     @property
     def filter(self) -> RecordFilter:
@@ -205,136 +168,61 @@ class Bridge:
     @property
     def store(self) -> StateStore:
         """The state store of the process (shared-source cursors; the single account's state)."""
-        if self._store is None:
-            raise BridgeClosed("start the bridge first")
-        return self._store
+        try:
+            return self.runtime.store
+        except RuntimeError:
+            raise BridgeClosed("start the bridge first") from None
 
-    def _new_worker(self, settings: Settings, keyring: Any, store: StateStore | None) -> Any:
-        if self._worker_factory is not None:
-            return self._worker_factory(settings, keyring=keyring, store=store, environ=self._environ)
-        from gelbridge._worker import Worker
+    @property
+    def sources(self) -> Mapping[str, EventSource]:
+        """The sources :meth:`serve` or :meth:`run` follows, by name (empty while fed)."""
+        intake = self.runtime._intake
+        return intake.sources if intake is not None else {}
 
-        return Worker(settings, keyring=keyring, store=store, environ=self._environ)
+    @property
+    def jetstream(self) -> EventSource | None:
+        """The Jetstream source, for ``[watch] source = "jetstream"`` (once built)."""
+        return self.sources.get("jetstream")
 
-    @classmethod
-    def around(cls, worker: Any, **kw: Any) -> Bridge:
-        """A bridge serving exactly ``worker`` (one account; its own keyring, store, PDS
-        client and model): how :meth:`Worker.run` runs, so one account and many go
-        through the same orchestrator code."""
-        bridge = cls(worker.settings, worker_factory=lambda *a, **k: worker, environ=worker.environ, **kw)
-        bridge._adopted = worker
-        return bridge
+    @property
+    def watched(self) -> Watched | None:
+        """The health/metrics server's view, when ``[observability] listen`` is set."""
+        return self.runtime.watched
 
     async def start(self) -> None:
-        """Open state, log every account in, start the dispatchers (and the backfill)."""
-        await self._start(background_backfill=self.backfill_on_start)
-
-    async def _start(self, *, background_backfill: bool) -> None:
+        """Open state, log every account in, start the dispatchers, sweeps (and the backfill)."""
         if self._running:
             return
         self._loop = asyncio.get_running_loop()
         self._loop_thread = threading.get_ident()
-        tracing.configure(self.settings.observability)
-        listen = self.settings.observability.listen
-        if listen:
-            from gelbridge._observability import HttpLimits, Metrics, Watched
-
-            if self.metrics is None:
-                self.metrics = Metrics()  # one registry for every account (labelled by account)
-            self.watched = Watched(self.metrics, lambda: [(c.label, c.worker) for c in self._by_did.values()],
-                                   lambda: self.sources if self._serving else None)
-            # first: a taken port ends the start before any login or write
-            await self.watched.bind(listen, HttpLimits.of(self.settings.observability))
-        adopted = self._adopted
-        started: list[AccountContext] = []
+        rt = self.runtime
+        await rt.open()
         try:
-            if self._given_store is not None:
-                self._store = self._given_store
-            elif adopted is not None and adopted.given_store is not None:
-                self._store = adopted.given_store  # the worker's own (it closes it)
-            elif adopted is not None:
-                self._store = None  # the worker opens [state] dir itself; shared below
-            else:
-                self._store = await open_state(self.settings)
-            for entry in self._entries:
-                acct = self.settings.for_account(entry)
-                shared = state_location(acct) == state_location(self.settings)
-                worker = self._new_worker(acct, self._keyrings.get(entry.label), self._store if shared else None)
-                if self.metrics is not None:
-                    worker.metrics, worker.label = self.metrics, entry.label
-                try:
-                    if not getattr(worker, "started", False):
-                        await worker.start()
-                except BaseException:
-                    await worker.aclose(0)  # what it opened before failing
-                    raise
-                if self._store is None:
-                    self._store = worker.store
-                deps = getattr(worker, "deps", None)
-                if self.metrics is not None and deps is not None:  # started before: its turns count here too
-                    deps.metrics, deps.label = self.metrics, entry.label
-                ctx = AccountContext(entry.label, worker.did, acct, worker)
-                if ctx.did in self._by_did:
-                    await worker.aclose(0)
-                    raise ConfigError(f"accounts {self._by_did[ctx.did].label} and {entry.label} are the same "
-                                      f"account ({ctx.did}); list each account once")
-                ctx.check(ctx.did)
-                self._by_did[ctx.did] = ctx
-                started.append(ctx)
+            for entry in self.settings.accounts_list():
+                await rt.attach(entry)
         except BaseException:
-            for ctx in started:
-                await ctx.worker.aclose(0)
-            self._by_did.clear()
-            if self._store is not None and self._adopted is None and self._given_store is None:
-                await self._store.aclose()
-            self._store = None
-            if self.watched is not None:
-                self.watched.close()
+            await rt.close(0)
             raise
-        relays: dict[str, Any] = {}  # one relay budget per PDS host: the relay counts the host's events
-        for ctx in self._by_did.values():
-            pds = getattr(ctx.worker, "pds", None)
-            if getattr(pds, "relay", None) is not None:
-                pds.relay = relays.setdefault(pds.relay.host, pds.relay)  # type: ignore[union-attr]
-        self._filter = RecordFilter.for_dids(self._by_did)
+        self._filter = RecordFilter.for_dids(rt.accounts)
         self._shards = [asyncio.Queue() for _ in range(self._n_shards)]
         self._room = asyncio.Event()
         self._tasks = [asyncio.create_task(self._dispatch(q), name=f"bridge-shard-{i}")
                        for i, q in enumerate(self._shards)]
-        for ctx in self._by_did.values():  # the same upkeep as gelbridge run, per account
-            self._tasks.append(asyncio.create_task(ctx.worker.sweep_loop(self._sweep_interval,
-                                                                         at_start=not self.backfill_on_start),
-                                                   name=f"sweep-{ctx.label}"))
-            if background_backfill:
-                self._tasks.append(asyncio.create_task(backfill_logged(ctx.label, ctx.worker),
-                                                       name=f"backfill-{ctx.label}"))
-        if listen:
-            self._tasks.append(asyncio.create_task(self.watched.serve(listen), name="observability"))
-            for ctx in self._by_did.values():
-                ctx.worker.watched = self.watched
+        for account in rt.router:  # the same upkeep as gelbridge run, per account
+            rt.upkeep(account, backfill=self.backfill_on_start)
         self._running = True
-        log.info("bridge serving %d account(s)", len(self._by_did))
+        log.info("bridge serving %d account(s)", len(rt.accounts))
 
     async def aclose(self, grace: float | None = None) -> None:
         """Stop taking records; let queued ones finish (bounded); shut the workers down."""
-        if not self._running and not self._by_did:
+        if not self._running:
             return
         self._running = False
-        if grace is None:
-            grace = self.shutdown_grace
         g = self.settings.worker.shutdown_grace if grace is None else grace
         await self.join(timeout=g)
         await stop_tasks(self._tasks)
         self._tasks = []
-        ctxs = list(self._by_did.values())  # together: the grace period is one, not one per account
-        closed = await asyncio.gather(*(c.worker.aclose(g) for c in ctxs), return_exceptions=True)
-        for ctx, res in zip(ctxs, closed):
-            if isinstance(res, Exception):
-                log.error("closing account %s failed (%s)", ctx.label, type(res).__name__)
-        self._by_did.clear()
-        if self._store is not None and self._adopted is None and self._given_store is None:
-            await self._store.aclose()
-        self._store = None
+        await self.runtime.close(g)
 
     async def __aenter__(self) -> Bridge:
         await self.start()
@@ -456,14 +344,7 @@ class Bridge:
     async def process(self, rec: IncomingRecord, received_at: float | None = None) -> str:
         """Handle one record now, with the worker of the account it belongs to; returns the
         worker's decision (``claimed``, ``done``, ``ignored`` ...) once its effects are durable."""
-        ctx = self._by_did.get(rec.did)
-        if ctx is None:
-            self.stats["unrouted"] += 1
-            return "ignored"
-        ctx.check(rec.did)
-        result = await deliver(ctx.worker, rec, received_at)
-        self.stats[f"handled-{result}"] += 1
-        return result
+        return await self.runtime.router.route(rec, received_at)
 
     async def _dispatch(self, queue: asyncio.Queue[_Item]) -> None:
         while True:
@@ -481,91 +362,28 @@ class Bridge:
     # --- running its own sources -------------------------------------------------------------------
 
     async def serve(self, stop: asyncio.Event) -> None:
-        """Follow the configured ``[watch]`` source for every account until ``stop`` is set:
-        ``jetstream`` (one connection for all accounts, ``[watch] url``), ``firehose`` (one
-        subscription per PDS host, carrying all its accounts) or ``poll`` (per account)."""
+        """Follow the configured ``[watch]`` source for every account until ``stop`` is set
+        (the runtime's intake): ``jetstream`` (one connection for all accounts, ``[watch]
+        url``), ``firehose`` (one subscription per PDS host, carrying all its accounts) or
+        ``poll`` (per account)."""
         if not self._running:
             await self.start()
-        tasks = [asyncio.create_task(c, name=n) for n, c in self.source_coroutines()]
-        self._serving = True
+        intake = self.runtime.intake
+        intake.start(live_only=False)
+        self.runtime.following = True
         try:
-            await run_until(stop, tasks)
+            await run_until(stop, intake.tasks)
         finally:
-            await stop_tasks(tasks, self.sources.values())
-
-    def source_coroutines(self) -> list[tuple[str, Coroutine[Any, Any, None]]]:
-        """``(name, coroutine)`` of every event source :meth:`serve` runs: the sources
-        ``gelbridge run`` follows, built for every account (:meth:`build_sources`)."""
-        return [(name, src.run()) for name, src in self.build_sources().items()]
-
-    def build_sources(self) -> dict[str, Any]:
-        """The ``[watch]`` sources for every account (``watch.watch_sources``), kept in
-        :attr:`sources`; each worker learns the one that carries its DID."""
-        self.sources = dict(watch_sources(self.settings.watch, {c.label: c.worker for c in self._by_did.values()},
-                                          self.store, self.process))
-        self.jetstream = self.sources.get("jetstream")
-        for ctx in self._by_did.values():
-            ctx.worker.source = next((s for s in self.sources.values() if ctx.did in s.dids), None)
-        return self.sources
+            self.runtime.following = False
+            await intake.stop()
 
     async def run(self, stop: asyncio.Event, *, ready: asyncio.Event | None = None,
                   out: Printer | None = None) -> None:
-        """``gelbridge run``, for one account or many: log every account in, print what
-        is served, follow the live sources (firehose, Jetstream) at once, backfill what
-        is owed while they run (no gap between the two), then poll sources, say
-        ``ready``, and serve until ``stop`` is set; then shut down with
-        ``[worker] shutdown_grace`` for running replies."""
-
-        def say(line: str) -> None:
-            if out is not None:
-                print(line, file=out, flush=True)
-
-        tasks: list[asyncio.Task[None]] = []
-        try:
-            await self._start(background_backfill=False)
-            sources = self.build_sources()  # first: each account's start-up lines name its source
-            for ctx in self._by_did.values():
-                for line in await ctx.worker.startup_lines():
-                    say(line)
-            self._serving = True
-            live = {n: s for n, s in sources.items() if s.live}
-            tasks = [asyncio.create_task(s.run(), name=n) for n, s in live.items()]
-            if self.backfill_on_start and not await self._backfill_all(stop, say):
-                return  # stopped during the backfill
-            tasks += [asyncio.create_task(s.run(), name=n) for n, s in sources.items() if n not in live]
-            say("ready: answering messages (Ctrl-C to stop)")
-            if ready is not None:
-                ready.set()
-            await run_until(stop, [*tasks, *self._tasks])
-        finally:
-            await stop_tasks(tasks, self.sources.values())
-            await self.aclose()
-
-    async def _backfill_all(self, stop: asyncio.Event, say: Callable[[str], None]) -> bool:
-        """Every account's start-up backfill, at once; one that fails is logged and its
-        account served anyway (the recovery sweep retries what it owes), as a background
-        backfill is. False: ``stop`` was set first (the backfills are cancelled)."""
-        ctxs = list(self._by_did.values())
-        work = asyncio.ensure_future(asyncio.gather(*(c.worker.backfill() for c in ctxs), return_exceptions=True))
-        stopper = asyncio.ensure_future(stop.wait())
-        try:
-            await asyncio.wait({work, stopper}, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            stopper.cancel()
-        if not work.done():
-            work.cancel()
-            await asyncio.gather(work, return_exceptions=True)
-            return False
-        for ctx, rep in zip(ctxs, work.result()):
-            who = f" ({ctx.label})" if len(ctxs) > 1 else ""
-            if isinstance(rep, BaseException):
-                log.error("account %s: start-up backfill failed (%s); the recovery sweep retries what it owes",
-                          ctx.label, type(rep).__name__)
-                say(f"  backfill   failed ({type(rep).__name__}); the recovery sweep retries{who}")
-                continue
-            say(f"  backfill   {rep.messages} message(s) asking for replies, {rep.owed} owed, "
-                f"{rep.resumed} unfinished resumed, {rep.unfinished_claims} claim(s) recovered{who}")
-        return True
+        """``gelbridge run``, for one account or many (:meth:`Runtime.run` with the config's
+        accounts): log every account in, print what is served, follow the live sources at
+        once, backfill what is owed while they run, then poll sources, say ``ready``, and
+        serve until ``stop`` is set; then shut down with ``[worker] shutdown_grace``."""
+        await self.runtime.run(stop, StaticAccounts(backfill=self.backfill_on_start), ready=ready, out=out)
 
     # --- synchronous use ---------------------------------------------------------------------------
 
@@ -621,3 +439,6 @@ class Bridge:
             self._loop.call_soon_threadsafe(self._loop.stop)
             self._thread.join(timeout)
             self._thread = None
+
+
+__all__ = ["AccountContext", "AccountMixup", "Bridge", "BridgeClosed", "BridgeOverloaded"]

@@ -21,12 +21,15 @@ so a takeover waits for the write or the write sees the takeover
 writing a third of a lease before anyone could take the lease over. The PDS claim
 (create-only reply record, swap on every update) stays the final guard.
 
-**Intake.** With ``[watch] source = "firehose"`` a worker keeps one subscription per PDS
-host for all the accounts it serves there (its own cursor key: a cursor matters only
-within one worker's life; an account it takes over is backfilled), and hands each
-record to the account's bridge; with ``jetstream`` it keeps one connection whose
-``wantedDids`` follow the accounts it serves (a change resubscribes from the cursor);
-with ``poll`` each account's bridge polls by itself.
+**Serving.** :class:`Fleet` is an account set of the one runtime
+(:class:`gelbridge._runtime.Runtime`): an account whose lease this worker takes is attached
+(its worker fenced by the lease), backfilled and swept like any other, and detached when
+the lease goes. The runtime's intake follows the changing set: with ``[watch] source =
+"firehose"`` one subscription per PDS host for all the accounts served there (the
+member's own cursor key: a cursor matters only within one worker's life; an account it
+takes over is backfilled); with ``jetstream`` one connection whose ``wantedDids`` follow
+the accounts (a change resubscribes from the cursor); with ``poll`` one poller per
+account, started after its backfill.
 
 **Hand-over.** When an account leaves a worker (a rebalance, SIGTERM), its source stops,
 running replies get ``[worker] shutdown_grace`` to finish, then the lease is revoked
@@ -44,14 +47,16 @@ import os
 import secrets
 import socket
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Coroutine, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from gelbridge._config import AccountEntry, Settings
 from gelbridge._errors import ConfigError, GelbridgeError, LeaseLost, StateError
+from gelbridge._runtime import Runtime
+from gelbridge._runtime.runtime import Say
 from gelbridge._seams import Printer
-from gelbridge._state import StateStore, open_state
+from gelbridge._state import StateStore
 from gelbridge._state._store import Db
 
 log = logging.getLogger("gelbridge.fleet")
@@ -229,46 +234,41 @@ def new_member_id() -> str:
     return f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(3)}"
 
 
-JETSTREAM = "jetstream"  # the key of a worker's one Jetstream source among its feeds
+@dataclass
+class _Stop:
+    """How an account's serving task is told to stop, and the grace its replies get."""
+
+    event: asyncio.Event = field(default_factory=asyncio.Event)
+    grace: float = 0.0
 
 
-class _HostFeed:
-    """One firehose subscription for every account this worker serves on one PDS host,
-    or the worker's one Jetstream connection."""
-
-    def __init__(self, source: Any, task: asyncio.Task[None]) -> None:
-        self.source = source
-        self.task = task
-
-
+@dataclass
 class _Served:
-    """One account this worker serves: its lease, its bridge and the bridge's task."""
+    """One account this worker serves: its lease, and the task serving it until
+    ``stop`` (attach, upkeep, then detach with the grace the stop asked for)."""
 
-    def __init__(self, entry: AccountEntry, lease: Lease, bridge: Any, task: asyncio.Task[None],
-                 stop: asyncio.Event) -> None:
-        self.entry = entry
-        self.lease = lease
-        self.bridge = bridge
-        self.task = task
-        self.stop = stop
+    entry: AccountEntry
+    lease: Lease
+    task: asyncio.Task[None]
+    stop: _Stop
 
 
 class Fleet:
     """``gelbridge run`` with ``[state] url``: serve the accounts this worker holds leases on.
 
-    Each held account runs as its own :class:`~gelbridge._bridge.Bridge` (start-up,
-    backfill, sweeps, its own event source, shutdown), on the fleet's one state store;
-    its worker carries the lease as its fence.
+    An :class:`~gelbridge._runtime.AccountSet` of the one runtime: every held account is
+    attached with its lease as the fence of its worker, and detached when the lease goes
+    (handed over with ``[worker] shutdown_grace``, or lost: at once).
     """
 
     def __init__(self, settings: Settings, *, environ: Mapping[str, str] | None = None,
                  member: str | None = None, store: StateStore | None = None) -> None:
+        """``environ`` and ``store`` are the runtime's (:meth:`run`)."""
         self.settings = settings
-        self.environ = environ if environ is not None else os.environ
+        self.environ = environ
         self.member = member or new_member_id()
         self.seconds = settings.fleet.lease_seconds
         self._given_store = store
-        self.store: StateStore | None = store
         entries = settings.accounts_list()
         self._entries = {lease_key(settings.for_account(e)): e for e in entries}
         if len(self._entries) != len(entries):
@@ -282,105 +282,86 @@ class Fleet:
         #: write until the grace ends), then released; never served again meanwhile
         self.leaving: dict[str, _Served] = {}
         self._stopping: set[asyncio.Task[None]] = set()
-        self._book: LeaseBook | None = None  # while run() runs
-        #: accounts whose bridge failed here (login refused, PDS down): not taken again by
+        self._book: LeaseBook | None = None  # while serve() runs
+        self._runtime: Runtime | None = None  # while serve() runs
+        #: accounts whose start failed here (login refused, PDS down): not taken again by
         #: this worker until then (time.monotonic()), doubling up to RETRY_CAP
         self._cooldown: dict[str, tuple[float, float]] = {}
-        self._feeds: dict[str, _HostFeed] = {}  # PDS URL (firehose) or JETSTREAM -> its source
-        self._routes: dict[str, Any] = {}  # DID -> the bridge serving it here
         self.beats = 0
-        self.metrics: Any = None
-        self.watched: Any = None
 
     @property
     def interval(self) -> float:
         return self.seconds / 4
 
+    @property
+    def store(self) -> StateStore | None:
+        """The fleet's state store, while it runs."""
+        return self._runtime.store if self._runtime is not None else None
+
     async def run(self, stop: asyncio.Event, *, ready: asyncio.Event | None = None,
                   out: Printer | None = None) -> None:
+        """The runtime of this member, serving this fleet's share until ``stop``."""
+        runtime = Runtime(self.settings, environ=self.environ, store=self._given_store, member=self.member)
+        await runtime.run(stop, self, ready=ready, out=out)
+
+    async def serve(self, runtime: Runtime, stop: asyncio.Event, say: Say, ready: Callable[[], None]) -> None:
         """Beat, serve what this worker holds, hand over what it should not, until ``stop``;
         then hand every account over (``[worker] shutdown_grace`` for running replies)."""
-
-        def say(line: str) -> None:
-            if out is not None:
-                print(line, file=out, flush=True)
-
-        listen = self.settings.observability.listen
-        obs_task: asyncio.Task[None] | None = None
-        if listen:
-            from gelbridge._observability import HttpLimits, Metrics, Watched
-
-            self.metrics = Metrics()
-            self.watched = Watched(self.metrics, self._workers, self._sources)
-            # first: a taken port ends the start before anything is opened
-            await self.watched.bind(listen, HttpLimits.of(self.settings.observability))
-        try:
-            if self.store is None:
-                self.store = await open_state(self.settings)
-            book = self._book = LeaseBook(self.store, self.member, list(self._entries), self.seconds)
-        except BaseException:
-            if self.watched is not None:
-                self.watched.close()
-            if self._given_store is None and self.store is not None:
-                await self.store.aclose()
-                self.store = None
-            raise
-        if self.watched is not None and listen:
-            obs_task = asyncio.create_task(self.watched.serve(listen), name="observability")
+        self._runtime = runtime
+        store = runtime.store
+        book = self._book = LeaseBook(store, self.member, list(self._entries), self.seconds)
+        runtime.following = True
+        runtime.intake.start(live_only=True)
         try:
             await book.register()
             say(f"fleet: member {self.member}, {len(self._entries)} account(s) shared through "
-                f"{self.store.location}, leases of {self.seconds:g} s")
-            said_ready = False
-            failing = 0
-            while not stop.is_set():
-                wait = self.interval
-                try:
-                    now = time.monotonic()
-                    skip = frozenset(k for k, (until, _) in self._cooldown.items() if until > now)
-                    beat = await book.beat(self._held(), skip=skip)
-                except (StateError, LeaseLost) as e:
-                    failing += 1
-                    if failing == 1 or failing % 60 == 0:  # once, then about once a minute
-                        log.warning("fleet heartbeat failed (%s); leases not renewed (%d in a row)", e, failing)
-                    await self._drop_expired()
-                else:
-                    if failing:
-                        log.warning("fleet heartbeat works again after %d failure(s)", failing)
-                        failing = 0
-                    self.beats += 1
-                    await self._apply(beat, book, say)
-                    if beat.next_expiry is not None and 0 <= beat.next_expiry < wait:
-                        wait = beat.next_expiry + 0.05  # take a dead member's accounts the moment they free up
-                if self.beats == 1 and not said_ready:
-                    said_ready = True
-                    say("ready: serving this worker's share of the accounts (Ctrl-C to stop)")
-                    if ready is not None:
-                        ready.set()
-                try:
-                    await asyncio.wait_for(stop.wait(), timeout=max(wait, 0.05))
-                except TimeoutError:
-                    pass
+                f"{store.location}, leases of {self.seconds:g} s")
+            await self._beat_until(stop, book, say, ready)
         finally:
             await self._leave_all(book)
-            await self._stop_feeds()
             try:
                 await book.leave()
             except GelbridgeError as e:
                 log.warning("fleet: leaving failed (%s); the member row expires by itself", e)
-            if obs_task is not None:
-                obs_task.cancel()
-                await asyncio.gather(obs_task, return_exceptions=True)
-            if self._given_store is None and self.store is not None:
-                await self.store.aclose()
-                self.store = None
+            self._book = None
+
+    async def _beat_until(self, stop: asyncio.Event, book: LeaseBook, say: Say, ready: Callable[[], None]) -> None:
+        said_ready = False
+        failing = 0
+        while not stop.is_set():
+            wait = self.interval
+            try:
+                now = time.monotonic()
+                skip = frozenset(k for k, (until, _) in self._cooldown.items() if until > now)
+                beat = await book.beat(self._held(), skip=skip)
+            except (StateError, LeaseLost) as e:
+                failing += 1
+                if failing == 1 or failing % 60 == 0:  # once, then about once a minute
+                    log.warning("fleet heartbeat failed (%s); leases not renewed (%d in a row)", e, failing)
+                await self._drop_expired()
+            else:
+                if failing:
+                    log.warning("fleet heartbeat works again after %d failure(s)", failing)
+                    failing = 0
+                self.beats += 1
+                await self._apply(beat, book, say)
+                if beat.next_expiry is not None and 0 <= beat.next_expiry < wait:
+                    wait = beat.next_expiry + 0.05  # take a dead member's accounts the moment they free up
+            if self.beats == 1 and not said_ready:
+                said_ready = True
+                say("ready: serving this worker's share of the accounts (Ctrl-C to stop)")
+                ready()
+            try:
+                await asyncio.wait_for(stop.wait(), timeout=max(wait, 0.05))
+            except TimeoutError:
+                pass
 
     # --- what a beat changes -----------------------------------------------------------------
 
     def _held(self) -> dict[str, Lease]:
         return {k: s.lease for k, s in (*self.served.items(), *self.leaving.items())}
 
-    async def _apply(self, beat: Beat, book: LeaseBook, say: Any) -> None:
+    async def _apply(self, beat: Beat, book: LeaseBook, say: Say) -> None:
         for key in beat.lost:
             served = self.served.pop(key, None) or self.leaving.pop(key, None)
             if served is not None:
@@ -413,140 +394,50 @@ class Fleet:
                 served.lease.revoke()  # its hand-over goes on; nothing more is written
 
     def _serve(self, entry: AccountEntry, lease: Lease) -> _Served:
-        from gelbridge._bridge import Bridge
-        from gelbridge._worker import Worker
+        stop = _Stop()
+        task = asyncio.create_task(self._run_account(entry, lease, stop), name=f"fleet-{entry.label}")
+        return _Served(entry, lease, task, stop)
 
-        acct = self.settings.for_account(entry)
-        acct = acct.model_copy(update={"observability": acct.observability.model_copy(update={"listen": None})})
-        environ = self.environ
-
-        def worker_factory(settings: Settings, **kw: Any) -> Worker:
-            return Worker(settings, fence=lease, **kw)
-
-        bridge = Bridge(acct, environ=environ, worker_factory=worker_factory, store=self.store)
-        bridge.metrics = self.metrics
-        stop = asyncio.Event()
-        task = asyncio.create_task(self._run_bridge(entry, bridge, stop), name=f"fleet-{entry.label}")
-        return _Served(entry, lease, bridge, task, stop)
-
-    async def _run_bridge(self, entry: AccountEntry, bridge: Any, stop: asyncio.Event) -> None:
+    async def _run_account(self, entry: AccountEntry, lease: Lease, stop: _Stop) -> None:
+        """Attach the account (its worker fenced by the lease), keep it up until ``stop``,
+        detach it with the grace its stop asked for. A start that fails releases the
+        lease and keeps this worker off the account for a while (``_cooldown``)."""
+        runtime = self._runtime
+        assert runtime is not None
         try:
-            if self.settings.watch.source in ("firehose", "jetstream"):
-                await self._run_fed(bridge, stop)
-            else:
-                await bridge.run(stop)
+            account = await runtime.attach(entry, fence=lease)
+            try:
+                runtime.upkeep(account, backfill=self.settings.worker.backfill)
+                await stop.event.wait()
+            finally:
+                await runtime.detach(account, grace=stop.grace)
         except asyncio.CancelledError:
             raise
         except LeaseLost:
             log.warning("fleet: %s stopped: the lease is gone", entry.label)
         except Exception as e:  # noqa: BLE001 - one account's failure never stops the others
-            for key, served in list(self.served.items()):
-                if served.bridge is bridge:
-                    _, last = self._cooldown.get(key, (0.0, 0.0))
-                    wait = min(RETRY_CAP, max(self.seconds, last * 2))
-                    self._cooldown[key] = (time.monotonic() + wait, wait)
-                    log.error("fleet: serving %s failed (%s); its lease is released, and this worker tries it "
-                              "again in %.0f s at the earliest", entry.label, type(e).__name__, wait)
-                    served.lease.revoke()
-                    del self.served[key]
-                    try:
-                        if self._book is not None:
-                            await self._book.release([served.lease])
-                    except GelbridgeError:
-                        pass
+            await self._cool_down(entry, lease, e)
 
-    async def _run_fed(self, bridge: Any, stop: asyncio.Event) -> None:
-        """The account's bridge (workers, backfill, sweeps) fed by this worker's one
-        subscription on its PDS (or its one Jetstream connection): registered once logged
-        in, so the backfill that ``start`` runs in the background covers what came before."""
-        dids: list[str] = []
-        try:
-            await bridge.start()
-            for ctx in bridge.accounts.values():
-                self._feed(ctx.worker.pds.pds_url, ctx.did, bridge)
-                dids.append(ctx.did)
-            await stop.wait()
-        finally:
-            for did in dids:
-                self._unfeed(did)
-            await bridge.aclose()
-
-    def _feed(self, pds_url: str, did: str, bridge: Any) -> None:
-        from gelbridge._worker.sources import FirehoseSource
-
-        self._routes[did] = bridge
-        if self.settings.watch.source == "jetstream":
-            self._follow_jetstream(did)
+    async def _cool_down(self, entry: AccountEntry, lease: Lease, e: Exception) -> None:
+        served = self.served.get(lease.key)
+        if served is None or served.lease is not lease:
             return
-        host = pds_url.rstrip("/")
-        feed = self._feeds.get(host)
-        if feed is None:
-            assert self.store is not None
-            source = FirehoseSource(host, set(), self.store, self._route, on_gap=self._gap(host),
-                                    on_reconnect=self._reconnected(host),
-                                    key=f"firehose:{host}:fleet:{self.member}")
-            feed = _HostFeed(source, asyncio.create_task(source.run(), name=f"fleet-firehose-{host}"))
-            self._feeds[host] = feed
-        feed.source.dids.add(did)
-
-    def _follow_jetstream(self, did: str) -> None:
-        from gelbridge._jetstream import JetstreamSource, jetstream_cursor_key
-
-        feed = self._feeds.get(JETSTREAM)
-        if feed is None:
-            assert self.store is not None
-            url = self.settings.watch.url or ""  # checked in __init__
-            source = JetstreamSource(url, [], self.store, self._route, on_reconnect=self._reconnected(None),
-                                     key=f"{jetstream_cursor_key(url)}:fleet:{self.member}")
-            feed = _HostFeed(source, asyncio.create_task(source.run(), name="fleet-jetstream"))
-            self._feeds[JETSTREAM] = feed
-        feed.source.set_dids(feed.source.dids | {did})
-
-    def _unfeed(self, did: str) -> None:
-        self._routes.pop(did, None)
-        for key, feed in self._feeds.items():
-            if key == JETSTREAM:  # resubscribes without it
-                feed.source.set_dids(feed.source.dids - {did})
-            else:
-                feed.source.dids.discard(did)
-
-    async def _route(self, rec: Any) -> str:
-        bridge = self._routes.get(rec.did)
-        if bridge is None:
-            return "ignored"  # not served here (any more): its lease holder's subscription has it
-        result: str = await bridge.process(rec)
-        return result
-
-    def _workers_on(self, host: str | None) -> list[Any]:
-        """The workers fed from this PDS host (None: from anywhere, as Jetstream is)."""
-        return [ctx.worker for b in {id(b): b for b in self._routes.values()}.values()
-                for ctx in b.accounts.values() if host is None or ctx.worker.pds.pds_url.rstrip("/") == host]
-
-    def _gap(self, host: str) -> Any:
-        from gelbridge._worker.watch import backfill_logged
-
-        async def on_gap(did: str | None) -> None:
-            await asyncio.gather(*(backfill_logged(w.label, w, "gap") for w in self._workers_on(host)
-                                   if did in (None, w.did)))
-
-        return on_gap
-
-    def _reconnected(self, host: str | None) -> Any:
-        def on_reconnect() -> None:
-            for w in self._workers_on(host):
-                w.reconnected()
-
-        return on_reconnect
-
-    async def _stop_feeds(self) -> None:
-        from gelbridge._worker.watch import stop_tasks
-
-        feeds, self._feeds = list(self._feeds.values()), {}
-        await stop_tasks([f.task for f in feeds], [f.source for f in feeds])
+        _, last = self._cooldown.get(lease.key, (0.0, 0.0))
+        wait = min(RETRY_CAP, max(self.seconds, last * 2))
+        self._cooldown[lease.key] = (time.monotonic() + wait, wait)
+        log.error("fleet: serving %s failed (%s); its lease is released, and this worker tries it "
+                  "again in %.0f s at the earliest", entry.label, type(e).__name__, wait)
+        lease.revoke()
+        del self.served[lease.key]
+        try:
+            if self._book is not None:
+                await self._book.release([lease])
+        except GelbridgeError:
+            pass
 
     async def _stop(self, served: _Served, *, grace: float) -> None:
-        served.bridge.shutdown_grace = grace
-        served.stop.set()
+        served.stop.grace = grace
+        served.stop.event.set()
         bound = grace + 60.0
         try:
             await asyncio.wait_for(asyncio.shield(served.task), timeout=bound)
@@ -554,10 +445,10 @@ class Fleet:
             log.error("fleet: %s did not stop within %.0f s; cancelled", served.entry.label, bound)
             served.task.cancel()
             await asyncio.gather(served.task, return_exceptions=True)
-        except Exception:  # noqa: BLE001 - logged by _run_bridge
+        except Exception:  # noqa: BLE001 - logged by _run_account
             pass
 
-    def _background(self, work: Any) -> None:
+    def _background(self, work: Coroutine[Any, Any, None]) -> None:
         """A stop or hand-over, off the heartbeat loop (a grace period must not stall beats)."""
         task = asyncio.create_task(work)
         self._stopping.add(task)
@@ -597,20 +488,3 @@ class Fleet:
                 except (StateError, LeaseLost) as e:
                     log.warning("fleet: heartbeat during the hand-over failed (%s)", e)
                     await self._drop_expired()
-
-    # --- what the health server looks at ----------------------------------------------------------
-
-    def _workers(self) -> list[tuple[str, Any]]:
-        out = []
-        for s in self.served.values():
-            for ctx in s.bridge.accounts.values() if s.bridge._running else []:
-                out.append((s.entry.label, ctx.worker))
-        return out
-
-    def _sources(self) -> dict[str, Any]:
-        found: dict[str, Any] = {("jetstream" if host == JETSTREAM else f"firehose-{host}"): f.source
-                                 for host, f in self._feeds.items()}
-        for s in self.served.values():
-            for name, src in s.bridge.sources.items():
-                found[f"{s.entry.label}:{name}"] = src
-        return found

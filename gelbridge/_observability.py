@@ -31,9 +31,10 @@ import socket
 import string
 import time
 from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from http import HTTPStatus
-from typing import IO, Any
+from typing import IO, Any, Protocol
 
 from gelbridge._config import split_listen
 from gelbridge._errors import ConfigError
@@ -478,19 +479,51 @@ class JsonLines:
         self._stream.flush()
 
 
-class Watched:
-    """What the health/metrics server looks at in a running process: its accounts (by
-    label: their workers) and event sources (by name). ``gelbridge run`` with one account
-    and the :class:`~gelbridge._bridge.Bridge` with many hand over the same two views, so
-    ``/readyz`` and the gauges mean the same in both.
+@dataclass(frozen=True)
+class AccountGauges:
+    """What the health server reads of one served account, at one moment."""
 
-    A source has ``connected`` (an ``asyncio.Event``), ``reconnects``,
-    ``last_event_at`` (``time.monotonic()``) and ``dids`` (the accounts it carries).
+    label: str
+    did: str
+    logged_in: bool
+    queued: int = 0  # turns waiting for a slot
+    running: int = 0
+    points_remaining: int | None = None  # the PDS write budget it last stated
+    relay: RelayCounts | None = None  # this process's events to the account's PDS host
+
+
+class RelayCounts(Protocol):
+    """A relay budget's view for the gauges (``gelbridge._pds.RelayBudget``)."""
+
+    host: str
+
+    def counts(self) -> Mapping[str, int]: ...
+
+
+class WatchedSource(Protocol):
+    """What the health server reads of an event source (``gelbridge._worker.sources.EventSource``)."""
+
+    @property
+    def dids(self) -> AbstractSet[str]: ...
+
+    connected: asyncio.Event
+    last_event_at: float | None
+
+    @property
+    def reconnects(self) -> int: ...
+
+
+class Watched:
+    """What the health/metrics server looks at in a running process: its accounts
+    (:class:`AccountGauges`) and event sources (by name). Every process (one account,
+    many, a fleet member, a library :class:`~gelbridge._bridge.Bridge`) hands over the same
+    two views (the runtime's), so ``/readyz`` and the gauges mean the same in all.
+
     ``sources`` returns None while the process follows no source of its own (a library
     consumer feeds the :class:`~gelbridge._bridge.Bridge`): then logged in is ready."""
 
-    def __init__(self, metrics: Metrics, accounts: Callable[[], Iterable[tuple[str, Any]]],
-                 sources: Callable[[], Mapping[str, Any] | None]) -> None:
+    def __init__(self, metrics: Metrics, accounts: Callable[[], Iterable[AccountGauges]],
+                 sources: Callable[[], Mapping[str, WatchedSource] | None]) -> None:
         self.metrics = metrics
         self._accounts = accounts
         self._sources = sources
@@ -501,34 +534,24 @@ class Watched:
         followed = self._sources()
         sources = list(followed.values()) if followed is not None else []
         out = []
-        for label, w in self._accounts():
-            started = bool(getattr(w, "started", False))
-            pds = getattr(w, "pds", None) if started else None
-            logged_in = started and pds is not None and pds.session is not None
-            mine = [s for s in sources if w.did in getattr(s, "dids", ())]
+        for a in self._accounts():
+            mine = [s for s in sources if a.did in s.dids]
             connected = followed is None or (bool(mine) and all(s.connected.is_set() for s in mine))
-            out.append((label, logged_in, connected))
+            out.append((a.label, a.logged_in, connected))
         return out
 
     def before_scrape(self) -> None:
         """Bring the gauges up to date (and the reconnect counter: sources count their own)."""
         m = self.metrics
         now = time.monotonic()
-        for label, w in self._accounts():
-            sched = getattr(w, "scheduler", None)
-            if sched is not None:
-                m.queue_depth.labels(label).set(sched.queued)
-                m.in_flight.labels(label).set(sched.running)
-            if not getattr(w, "started", False):
-                continue
-            budget = getattr(getattr(w, "pds", None), "budget", None)
-            if budget is not None and budget.remaining is not None:
-                m.points_remaining.labels(label).set(budget.remaining)
-        relays: dict[str, Any] = {}
-        for _label, w in self._accounts():
-            relay = getattr(getattr(w, "pds", None), "relay", None) if getattr(w, "started", False) else None
-            if relay is not None:
-                relays[relay.host] = relay
+        relays: dict[str, RelayCounts] = {}
+        for a in self._accounts():
+            m.queue_depth.labels(a.label).set(a.queued)
+            m.in_flight.labels(a.label).set(a.running)
+            if a.points_remaining is not None:
+                m.points_remaining.labels(a.label).set(a.points_remaining)
+            if a.relay is not None:
+                relays[a.relay.host] = a.relay
         for host, relay in relays.items():
             for window, n in relay.counts().items():
                 m.relay_events.labels(host, window).set(n)

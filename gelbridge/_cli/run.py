@@ -18,6 +18,8 @@ from gelbridge._seams import Printer
 
 if TYPE_CHECKING:
     from gelbridge._config import Settings
+    from gelbridge._fleet import Fleet
+    from gelbridge._runtime import Runtime
 
 ConfigOption = typer.Option(None, "--config", "-c",
                             help="TOML configuration file (else $GELBRIDGE_CONFIG, else ./gelbridge.toml).")
@@ -96,9 +98,9 @@ def _logging_for(settings: object, level: LogLevel | str | None, fmt: LogFormat 
     return fmt_chosen
 
 
-async def _run_until_signal(bridge: Any, out: Printer, notices: Printer) -> None:
-    """Run the Bridge (one account or many) until SIGINT/SIGTERM; a second signal stops
-    waiting for the grace period."""
+async def _run_until_signal(runner: Runtime | Fleet, out: Printer, notices: Printer) -> None:
+    """Run the runtime (one account or many, or a fleet member) until SIGINT/SIGTERM; a
+    second signal stops waiting for the grace period."""
     import asyncio
 
     stop = asyncio.Event()
@@ -109,14 +111,14 @@ async def _run_until_signal(bridge: Any, out: Printer, notices: Printer) -> None
         if got:  # second signal: stop waiting for the grace period
             raise SystemExit(130)
         got.append(sig)
-        print(f"\n{signal.Signals(sig).name}: stopping (grace {bridge.settings.worker.shutdown_grace:g} s)...",
+        print(f"\n{signal.Signals(sig).name}: stopping (grace {runner.settings.worker.shutdown_grace:g} s)...",
               file=notices, flush=True)
         stop.set()
 
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, on_signal, sig)
     try:
-        await bridge.run(stop, out=out)
+        await runner.run(stop, out=out)
     finally:
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.remove_signal_handler(sig)
@@ -191,7 +193,7 @@ def run_command(
     """
     import asyncio
 
-    from gelbridge._bridge import Bridge
+    from gelbridge._runtime import Runtime
 
     settings, _, fmt = _checked(config, log_level, log_format, command="run")
     out, notices = printers(fmt)
@@ -206,8 +208,8 @@ def run_command(
 
         asyncio.run(_run_until_signal(Fleet(settings), out, notices))
         return
-    # one account or many, firehose, poll or Jetstream: the same orchestrator (docs/architecture.md)
-    asyncio.run(_run_until_signal(Bridge(settings), out, notices))
+    # one account or many, firehose, poll or Jetstream: the same runtime (docs/architecture.md)
+    asyncio.run(_run_until_signal(Runtime(settings), out, notices))
 
 
 def _fmt_time(ts: float | None) -> str:
@@ -226,8 +228,8 @@ def status_command(
 
     from gelbridge._config import load_config
     from gelbridge._errors import StateError
+    from gelbridge._runtime.status import status_report
     from gelbridge._state import DB_FILENAME, open_state
-    from gelbridge._worker import status_report
 
     settings = load_config(config)
     db = settings.state_dir / DB_FILENAME

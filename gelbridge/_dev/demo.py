@@ -36,9 +36,9 @@ from gelbridge._records import (
     new_tid,
     now_datetime,
 )
+from gelbridge._runtime import Runtime
 from gelbridge._sealing import Keyring, content_of, seal_content
 from gelbridge._terminal import safe_text
-from gelbridge._worker import Worker
 
 PASSWORD_ENV = "GELBRIDGE_DEMO_APP_PASSWORD"
 INSTRUCTIONS = "You are a friendly assistant in an end-to-end encrypted chat."
@@ -78,9 +78,10 @@ async def _converse(
 ) -> dict[str, Any]:
     """The worker answers one sealed message; ``then(result, app)`` runs while the worker
     still serves (``gelbridge demo --chat``)."""
-    worker = Worker(settings, keyring=keyring, environ={PASSWORD_ENV: app_password}, out=_Indented(out))
+    runtime = Runtime(settings, keyrings={settings.accounts_list()[0].label: keyring},
+                      environ={PASSWORD_ENV: app_password})
     stop, ready = asyncio.Event(), asyncio.Event()
-    task = asyncio.create_task(worker.run(stop, ready=ready))
+    task = asyncio.create_task(runtime.run(stop, ready=ready, out=_Indented(out)))
     try:
         waiter = asyncio.create_task(ready.wait())
         done, _ = await asyncio.wait({task, waiter}, timeout=60, return_when=asyncio.FIRST_COMPLETED)
@@ -90,8 +91,9 @@ async def _converse(
             raise DemoError("the worker stopped during start-up")
         if not ready.is_set():
             raise DemoError("the worker did not get ready within 60 s")
-        src = worker.source
-        if src is not None and hasattr(src, "connected"):
+        [account] = runtime.router
+        worker = account.worker
+        for src in runtime.intake.sources.values():
             await asyncio.wait_for(src.connected.wait(), 30)
 
         async with PdsClient(pds_url) as app:  # the chat app, with the owner's password

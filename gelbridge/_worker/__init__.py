@@ -1,4 +1,4 @@
-"""The worker: watch the account's repo, claim replies, run turns, write sealed replies.
+"""The worker: one account's records in: claim replies, run turns, write sealed replies.
 
 - ``decide``: pure decisions (is a record a request, what to do with an existing reply);
 - ``repo``: the in-memory view of message records, the lazy thread walk, and the
@@ -10,18 +10,15 @@
 - ``scheduler``: per-conversation order, bounded concurrency, regeneration cancels;
 - ``sources``: the event-source contract; firehose (durable cursor, reconnect; one or
   several accounts) and poll;
-- ``watch``: the sources ``[watch]`` asks for, built for a set of workers, and where
-  their records, gaps and reconnects go (for ``Bridge.run``, the one orchestrator);
-- ``service``: :class:`Worker` (start-up, ``handle_event``, backfill, recovery sweep,
-  shutdown; ``run`` is ``Bridge.around(worker).run``);
-- ``status``: what ``gelbridge status`` shows, for every account;
+- ``service``: :class:`Worker`, one account: start-up, ``handle_event`` (one
+  ``IncomingRecord``), backfill, recovery sweep, shutdown. Which sources follow it and
+  how a record reaches it is the runtime's (:mod:`gelbridge._runtime`);
 - ``offline``: the same turn on a record file (``gelbridge reply`` / ``convert``).
 
 See docs/worker.md.
 """
 
 from gelbridge._worker.decide import Ask, ask_of, decide_existing_reply
-from gelbridge._worker.service import BackfillReport, Worker
-from gelbridge._worker.status import status_report
+from gelbridge._worker.service import BackfillReport, TurnSeams, Worker
 
-__all__ = ["Ask", "BackfillReport", "Worker", "ask_of", "decide_existing_reply", "status_report"]
+__all__ = ["Ask", "BackfillReport", "TurnSeams", "Worker", "ask_of", "decide_existing_reply"]

@@ -34,6 +34,7 @@ from typing import Any
 
 from gelbridge._config import Settings
 from gelbridge._errors import ClaimConflict, GelbridgeError, PdsError, RecordError
+from gelbridge._ingest import IncomingRecord
 from gelbridge._pds import PutResult
 from gelbridge._records import MESSAGE_COLLECTION, AtUri, MessageRecord, ToolCallPart, ToolResultPart
 from gelbridge._records.io import RecordEntry, load_records
@@ -203,7 +204,7 @@ async def run_offline(records: Path, message: str, keyring: Mapping[str, bytes],
     (``quiet=False``: with the worker's log lines, as ``gelbridge run`` writes them)."""
     from gelbridge._tools.loader import builtin_tools
     from gelbridge._tools.registry import ToolRegistry
-    from gelbridge._worker import Worker
+    from gelbridge._worker.service import TurnSeams, Worker
 
     entries = load_records(records)
     target = next((e for e in entries if e.uri.collection == MESSAGE_COLLECTION and e.uri.rkey == message), None)
@@ -221,15 +222,14 @@ async def run_offline(records: Path, message: str, keyring: Mapping[str, bytes],
     })
     with tempfile.TemporaryDirectory(prefix="gelbridge-offline-") as tmp, (_quiet() if quiet else nullcontext()):
         store = SqliteStore.open_dir(tmp)
-        worker = Worker(offline, keyring=dict(keyring), store=store, pds=repo, model=model,  # type: ignore[arg-type]
-                        registry=ToolRegistry(builtin_tools(settings.tools)))
+        seams = TurnSeams(authority=RecordAuthority(repo, keyring), tool_runner=not_run_offline, stream=stream,
+                          check_provider=check_provider)
+        worker = Worker(offline, keyring=dict(keyring), store=store, pds=repo, model=model,
+                        registry=ToolRegistry(builtin_tools(settings.tools)), seams=seams)
         try:
             await worker.start()
-            worker.deps.authority = RecordAuthority(repo, keyring)
-            worker.deps.tool_runner = not_run_offline
-            worker.deps.stream = stream
-            worker.deps.check_provider = check_provider
-            decision = await worker.handle_event(did, MESSAGE_COLLECTION, message, target.cid, target.value)
+            decision = await worker.handle_event(IncomingRecord(did, MESSAGE_COLLECTION, message, target.cid,
+                                                                target.value))
             await worker.wait_idle(settings.worker.turn_deadline + 30)
             report = worker.reports[-1] if worker.reports else None
         finally:

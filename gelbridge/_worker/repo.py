@@ -42,7 +42,8 @@ SIDE_RECORD_TYPES: dict[str, type[ConversationRecord] | type[SettingsRecord]] = 
 
 
 class RecordSource(Protocol):
-    async def get_record(self, collection: str, rkey: str, *, repo: str | None = None) -> tuple[str, dict[str, Any]] | None: ...
+    async def get_record(self, collection: str, rkey: str, *,
+                         repo: str | None = None) -> tuple[str | None, dict[str, Any]] | None: ...
 
     async def sync_get_record(self, collection: str, rkey: str, *, repo: str | None = None) -> bytes | None: ...
 

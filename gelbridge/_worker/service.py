@@ -1,21 +1,27 @@
-"""The worker service: wiring, event intake, backfill, recovery, shutdown, status.
+"""The worker: one account's records in, its turns out (wiring, intake, backfill,
+recovery, shutdown).
 
-Library use (a firehose/Jetstream consumer of your own feeds events in)::
+Library use (a firehose/Jetstream consumer of your own feeds records in)::
 
     worker = Worker(settings)
     await worker.start()                       # session, keyring, tools, model client
     await worker.backfill()                    # optional: answer what is owed already
-    await worker.handle_event(did, collection, rkey, cid, record)   # per record event
+    await worker.handle_event(record)          # per IncomingRecord (gelbridge._ingest)
     ...
     await worker.aclose()                      # bounded grace, then interrupted
 
-``handle_event`` returns once the event's effects are durable (the claim is written, or
+``handle_event`` returns once the record's effects are durable (the claim is written, or
 nothing is to be done): only then may a consumer advance its own cursor. Turns run in
-the background (:class:`~gelbridge._worker.scheduler.Scheduler`). ``run()`` is the
-``gelbridge run`` loop: start, backfill, watch (firehose or poll), stop on a signal. Its
-sources are built by :mod:`gelbridge._worker.watch`, as the ``Bridge``'s are; the
-upkeep both run per account is here: ``backfill``, ``recover_claims``, ``sweep_loop``,
+the background (:class:`~gelbridge._worker.scheduler.Scheduler`). Sources, routing and
+the ``gelbridge run`` loop are the runtime's (:mod:`gelbridge._runtime`); the upkeep it
+runs per account is here: ``backfill``, ``recover_claims``, ``sweep_loop``,
 ``reconnected``.
+
+Every seam is a constructor argument (nothing is swapped after :meth:`Worker.start`):
+the repo (a logged-in :class:`~gelbridge._pds.PdsClient`, or any
+:class:`~gelbridge._seams.Repo`: the offline record file), the state store, keyring,
+model, tools, metrics, the process's relay budgets, the fleet's fence and the turn's own
+seams (:class:`TurnSeams`).
 """
 
 from __future__ import annotations
@@ -34,7 +40,9 @@ from gelbridge import _tracing as tracing
 from gelbridge._config import Settings
 from gelbridge._errors import ClaimConflict, ConfigError, GelbridgeError, PdsAuthError, PdsError, RecordError
 from gelbridge._identity import IdentityError, check_session_did, resolve_account
+from gelbridge._ingest import IncomingRecord
 from gelbridge._mapping import OpenedRecordCache
+from gelbridge._observability import Metrics
 from gelbridge._pds import PdsClient, RelayBudget, Session
 from gelbridge._records.constants import (
     FINAL_STATUSES,
@@ -47,8 +55,9 @@ from gelbridge._records.constants import (
 from gelbridge._records.keys import is_valid_rkey
 from gelbridge._records.models import ReplyError
 from gelbridge._sealing import load_keyring
-from gelbridge._seams import Printer
+from gelbridge._seams import ModelCaller, Repo
 from gelbridge._state import Claim, Fence, StateStore, claim_status, open_state
+from gelbridge._tools.registry import ToolRegistry
 from gelbridge._worker.decide import (
     Ask,
     EventOutcome,
@@ -60,9 +69,10 @@ from gelbridge._worker.decide import (
 )
 from gelbridge._worker.repo import SIDE_RECORD_TYPES, Entry, RepoView, SideRecords
 from gelbridge._worker.scheduler import Scheduler
-from gelbridge._worker.sources import FirehoseSource, PollSource, firehose_cursor_key
 from gelbridge._worker.turn import (
     WRITE_REFUSED,
+    CallAuthority,
+    ToolRunner,
     TurnDeps,
     TurnJob,
     TurnOutcome,
@@ -71,7 +81,6 @@ from gelbridge._worker.turn import (
     run_turn,
     write_refused_reply,
 )
-from gelbridge._worker.watch import stop_tasks
 from gelbridge._worker.writer import (
     CLAIM_LOST,
     CLAIMED_ELSEWHERE,
@@ -92,6 +101,22 @@ def session_key(settings: Settings) -> str:
     return f"{(a.pds or '').rstrip('/')}|{a.identifier or ''}"
 
 
+@dataclass(frozen=True)
+class TurnSeams:
+    """How this worker's turns call out (the defaults: ``gelbridge run``'s)."""
+
+    #: which calls this gelbridge made and asked about (default: its claims)
+    authority: CallAuthority | None = None
+    #: runs approved and automatic calls (default: the registry, at most once via the journal)
+    tool_runner: ToolRunner | None = None
+    stream: bool = True  # stream the model's answer (progress updates)
+    check_provider: bool = True  # a model whose provider is not configured ends the turn
+
+
+#: one relay budget per PDS host for the whole process (by host): the relay counts the host's events
+RelayBudgets = dict[str, RelayBudget]
+
+
 @dataclass
 class BackfillReport:
     messages: int = 0
@@ -110,13 +135,20 @@ class Worker:
         *,
         keyring: Mapping[str, bytes] | None = None,
         store: StateStore | None = None,
-        pds: PdsClient | None = None,
-        model: Any = None,
-        registry: Any = None,
-        out: Printer | None = None,
+        pds: Repo | None = None,
+        model: ModelCaller | None = None,
+        registry: ToolRegistry | None = None,
         environ: Mapping[str, str] | None = None,
         fence: Fence | None = None,
+        metrics: Metrics | None = None,
+        label: str | None = None,
+        relays: RelayBudgets | None = None,
+        seams: TurnSeams = TurnSeams(),
     ) -> None:
+        """What is not given is opened by :meth:`start` (and closed by :meth:`aclose`):
+        the state store of ``[state]``, the login to ``[account]``'s PDS, the keyring file,
+        the tools and the model client. ``label``: the account's name in logs and metrics
+        (default: its identifier)."""
         self.settings = settings
         #: the fleet's lease on this account (``gelbridge._fleet``): every PDS write and
         #: every state write for the account passes it; None outside a fleet
@@ -126,21 +158,20 @@ class Worker:
         self._pds = pds
         self.model = model
         self.registry = registry
-        self.out = out
         self.environ = environ if environ is not None else os.environ
+        self.metrics = metrics
+        self.label = label if label is not None else settings.account.identifier or ""
+        self._relays = relays if relays is not None else {}
+        self._seams = seams
         self.did = ""
         self.handle = ""
         self.adapter_names: list[str] = []
         self._owned: set[str] = set()
         self._locks: defaultdict[str, asyncio.Lock] = defaultdict(asyncio.Lock)
-        self._tasks: list[asyncio.Task[None]] = []
         self._sweep_wake = asyncio.Event()
-        self.source: FirehoseSource | PollSource | None = None
         self.started = False
         self.stats: defaultdict[str, int] = defaultdict(int)
         self.reports: list[TurnReport] = []
-        self.metrics: Any = None  # gelbridge._observability.Metrics, when [observability] listen is set
-        self.label = settings.account.identifier or ""
 
     # --- what start() provides (given to the constructor, or opened there) --------------------
 
@@ -151,10 +182,15 @@ class Worker:
         return self._store
 
     @property
-    def pds(self) -> PdsClient:
+    def pds(self) -> Repo:
         if self._pds is None:
             raise RuntimeError("the worker is not logged in yet: call await worker.start() first")
         return self._pds
+
+    @property
+    def client(self) -> PdsClient | None:
+        """The PDS client, when the repo is a live PDS (not an offline record file)."""
+        return self._pds if isinstance(self._pds, PdsClient) else None
 
     @property
     def keyring(self) -> Mapping[str, bytes]:
@@ -169,18 +205,10 @@ class Worker:
 
     # --- start-up ---------------------------------------------------------------------------
 
-    def _say(self, line: str) -> None:
-        if self.out is not None:
-            print(line, file=self.out, flush=True)
-
     async def start(self) -> None:
         """Open state, log in (or resume), load keyring, tools and the model client."""
         s = self.settings
         tracing.configure(s.observability)
-        if s.observability.listen and self.metrics is None:
-            from gelbridge._observability import Metrics
-
-            self.metrics = Metrics()
         if self._store is None:
             self._store = await open_state(s)
             self._owned.add("store")
@@ -195,38 +223,52 @@ class Worker:
         assert sess is not None
         self.did, self.handle = sess.did, sess.handle
         if self.fence is not None:
-            self.pds.write_guard = self.fence.check
             self.store.fence([self.did], self.fence)
-        saved_budget = await self.store.load_write_budget(self.did)
-        if saved_budget is not None and self.pds.budget.remaining is None:
-            # the budget the PDS last stated (to this worker or another of its fleet) holds
-            # until its reset: progress updates keep the reserve from the first write on
-            self.pds.budget.restore(saved_budget["limit"], saved_budget["remaining"], saved_budget["reset_at"])
-        r = s.relay
-        if getattr(self.pds, "relay", None) is None and r.applies_to(self.pds.pds_url):
-            self.pds.relay = RelayBudget(urlsplit(self.pds.pds_url).netloc, r.events_per_second,
-                                         r.events_per_hour, r.events_per_day)
-        if self.registry is None:
+        if self.client is not None:
+            await self._budget_client(self.client)
+        registry = self.registry
+        if registry is None:
             from gelbridge._tools import load_tool_registry
 
-            self.registry = await load_tool_registry(s)
+            registry = self.registry = await load_tool_registry(s)
             self._owned.add("registry")
         if self.model is None:
             self.model = self._model_client()
             self._owned.add("model")
+        else:
+            names = getattr(getattr(self.model, "registry", None), "names", None)
+            self.adapter_names = list(names()) if callable(names) else []
         self.view = RepoView(self.pds, self.did)
         # conversation/settings records: kept current by their events; "poll" lists
         # messages only, so there they are read again after poll_interval
         self.side = SideRecords(self.pds, self.did,
                                 ttl=s.watch.poll_interval if s.watch.source == "poll" else None)
         self.opened = OpenedRecordCache()
+        seams = self._seams
         self.deps = TurnDeps(
             settings=s, pds=self.pds, did=self.did, keyring=self.keyring, store=self.store,
-            view=self.view, opened=self.opened, model=self.model, registry=self.registry,
-            side=self.side, metrics=self.metrics, label=self.label,
+            view=self.view, opened=self.opened, model=self.model, registry=registry,
+            side=self.side, metrics=self.metrics, label=self.label, authority=seams.authority,
+            tool_runner=seams.tool_runner, stream=seams.stream, check_provider=seams.check_provider,
         )
         self.scheduler = Scheduler(self._run_turn, self._cancel_queued, concurrency=s.worker.concurrency)
         self.started = True
+
+    async def _budget_client(self, pds: PdsClient) -> None:
+        """The write budgets of a live PDS: the fence on every write, the budget the PDS
+        last stated, the process's relay budget for its host."""
+        if self.fence is not None:
+            pds.write_guard = self.fence.check
+        saved_budget = await self.store.load_write_budget(self.did)
+        if saved_budget is not None and pds.budget.remaining is None:
+            # the budget the PDS last stated (to this worker or another of its fleet) holds
+            # until its reset: progress updates keep the reserve from the first write on
+            pds.budget.restore(saved_budget["limit"], saved_budget["remaining"], saved_budget["reset_at"])
+        r = self.settings.relay
+        if pds.relay is None and r.applies_to(pds.pds_url):
+            host = urlsplit(pds.pds_url).netloc
+            pds.relay = self._relays.setdefault(host, RelayBudget(host, r.events_per_second,
+                                                                   r.events_per_hour, r.events_per_day))
 
     def _model_client(self) -> Any:
         try:
@@ -306,8 +348,9 @@ class Worker:
         log.info("logged in to %s as %s", pds_url, a.identifier)
         return pds
 
-    async def startup_lines(self) -> list[str]:
-        """What ``gelbridge run`` prints when it is ready (no secrets)."""
+    def startup_lines(self, source: str) -> list[str]:
+        """What ``gelbridge run`` prints for this account when it is ready (no secrets);
+        ``source``: the line of the source that follows it (the runtime's intake knows it)."""
         s = self.settings
         providers = ", ".join(f"{n} ({p.adapter} → {p.base_url})" for n, p in s.providers.items()) or "none"
         default = f"{s.defaults.model.provider}/{s.defaults.model.id}" if s.defaults.model else "none"
@@ -315,52 +358,20 @@ class Worker:
         return [
             f"gelbridge worker for {self.handle} ({self.did})",
             f"  PDS        {self.pds.pds_url}",
-            f"  source     {await self._source_line()}",
+            f"  source     {source}",
             f"  providers  {providers}; default model {default}",
             f"  adapters   {', '.join(self.adapter_names) or '(loaded on demand)'}",
             f"  tools      {tools}",
-            f"  state      {self.store.location if self.store else '-'}",
+            f"  state      {self.store.location}",
             f"  turns      {s.worker.concurrency} at once; progress every {s.replies.update_interval:g} s",
         ]
 
-    async def _source_line(self) -> str:
-        """The ``[watch]`` source this account is followed by: the one built for it
-        (:attr:`source`, set by the Bridge), else the one ``[watch]`` names."""
-        w = self.settings.watch
-        src = self.source
-        if w.source == "poll":
-            return f"poll every {w.poll_interval:g} s (listRecords on its PDS)"
-        if w.source == "jetstream":
-            from gelbridge._jetstream import jetstream_cursor_key, jetstream_url
-
-            url = jetstream_url(w)
-            key = getattr(src, "key", None) or jetstream_cursor_key(url)
-            dids = set(getattr(src, "dids", None) or {self.did})
-            others = len(dids - {self.did})
-            wanted = f"wantedDids {self.did}" + (f" and {others} other account(s)" if others else "")
-            return f"jetstream {url} ({wanted}; cursor {await self._cursor(key)})"
-        key = getattr(src, "key", None) or firehose_cursor_key(self.pds.pds_url, self.did)
-        return f"firehose (cursor {await self._cursor(key)})"
-
-    async def _cursor(self, key: str) -> str:
-        cur = await self.store.get_cursor(key)
-        return str(cur) if cur is not None else "none: starting live + backfill"
-
     # --- intake -------------------------------------------------------------------------------
 
-    async def handle_event(
-        self,
-        did: str,
-        collection: str,
-        rkey: str,
-        cid: str | None,
-        record: Mapping[str, Any] | None,
-        *,
-        action: str = "create",
-        received_at: float | None = None,
-    ) -> EventOutcome:
-        """Handle one record event; returns when its effects are durable, with what was
-        decided (an ``EventOutcome``: a ``str``, for logs and tests)."""
+    async def handle_event(self, rec: IncomingRecord, *, received_at: float | None = None) -> EventOutcome:
+        """Handle one record event of this account; returns when its effects are durable,
+        with what was decided (an ``EventOutcome``: a ``str``, for logs and tests)."""
+        did, collection, rkey, cid, record, action = rec.did, rec.collection, rec.rkey, rec.cid, rec.record, rec.action
         received = received_at if received_at is not None else time.monotonic()
         if not self.started:
             raise RuntimeError("call await worker.start() first")
@@ -686,29 +697,11 @@ class Worker:
         self.side.clear()
         self._sweep_wake.set()
 
-    # --- the run loop -------------------------------------------------------------------------
-
-    async def run(self, stop: asyncio.Event, *, ready: asyncio.Event | None = None) -> None:
-        """``gelbridge run`` for this one account: :meth:`gelbridge._bridge.Bridge.run`
-        around this worker (start-up lines, live source, backfill, sweeps, health and
-        metrics, ready, shutdown), the same orchestrator as for many accounts."""
-        from gelbridge._bridge import Bridge
-
-        await Bridge.around(self, sweep_interval=30.0).run(stop, ready=ready, out=self.out)
-
-    @property
-    def http(self) -> Any:
-        """The health/metrics server (``asyncio.Server``), once it listens; else None."""
-        w = getattr(self, "watched", None)
-        return getattr(w, "http", None)
-
     async def wait_idle(self, timeout: float | None = None) -> bool:
         return await self.scheduler.wait_idle(timeout)
 
     async def aclose(self, grace: float | None = None) -> None:
         """Stop watching; give running turns ``grace`` s (``[worker] shutdown_grace``)."""
-        await stop_tasks(self._tasks, [self.source] if self.source is not None else [])
-        self._tasks = []
         if self.started:
             g = self.settings.worker.shutdown_grace if grace is None else grace
             # in a fleet, turns that outlive the grace are handed over: the lease is
@@ -718,8 +711,8 @@ class Worker:
             await self.registry.aclose()
         if "model" in self._owned and self.model is not None:
             await self.model.aclose()
-        if "pds" in self._owned and self._pds is not None:
-            await self.pds.aclose()
+        if "pds" in self._owned and self.client is not None:
+            await self.client.aclose()
         if self.fence is not None and self._store is not None:
             self._store.unfence([session_key(self.settings), *([self.did] if self.did else [])], self.fence)
         if "store" in self._owned and self._store is not None:

@@ -87,11 +87,14 @@ class EventSource(Protocol):
         """The accounts it carries (a fleet's firehose: a set that changes as it runs)."""
 
     connected: asyncio.Event
-    reconnects: int
     last_event_at: float | None
     #: follows events as they happen (start it before the backfill: no gap); False: it
     #: reads the repo itself (poll), started after the backfill
     live: bool
+
+    @property
+    def reconnects(self) -> int:
+        """Connections (or polls that worked) after a lost one."""
 
     async def run(self) -> None:
         """Follow the source until cancelled (reconnecting with backoff); never returns."""
@@ -213,6 +216,19 @@ class FirehoseSource:
     @property
     def cursor(self) -> int | None:
         return self.tracker.safe
+
+    def follow(self, did: str) -> None:
+        """Carry ``did`` from now on (a subscription over a changing set of DIDs)."""
+        self._changing().add(did)
+
+    def unfollow(self, did: str) -> None:
+        """Carry ``did`` no more (a subscription over a changing set of DIDs)."""
+        self._changing().discard(did)
+
+    def _changing(self) -> set[str]:
+        if not isinstance(self.dids, set):
+            raise RuntimeError("this subscription's accounts are fixed (given as a list, not a set)")
+        return self.dids
 
     async def _handle(self, seq: int, rec: IncomingRecord) -> None:
         """Handle one event; the cursor passes it only once that is done.
