@@ -151,8 +151,7 @@ class Runtime:
             await asyncio.gather(self._observing, return_exceptions=True)
             self._observing = None
         self._close_watched()
-        await self._close_store()
-        self._intake = None
+        await self._close_store()  # the intake stays, stopped: what it followed can still be read
 
     async def _close_store(self) -> None:
         if self._store is not None and self._given_store is None:

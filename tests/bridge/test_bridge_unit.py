@@ -24,6 +24,8 @@ DIDS = {"a.test": A, "b.test": B}
 class StandInWorker:
     """Records what it is asked to handle; ``gate`` holds handle_event until set."""
 
+    started = True
+
     def __init__(self, settings: Settings, **kw: Any) -> None:
         self.settings = settings
         self.kw = kw
@@ -38,11 +40,10 @@ class StandInWorker:
 
     async def start(self) -> None: ...
 
-    async def handle_event(self, did: str, collection: str, rkey: str, cid: Any, record: Any, *,
-                           action: str = "create", received_at: float | None = None) -> str:
+    async def handle_event(self, rec: Any, *, received_at: float | None = None) -> str:
         if self.gate is not None:
             await asyncio.wait_for(self.gate.wait(), 10)
-        self.calls.append((did, collection, rkey, action))
+        self.calls.append((rec.did, rec.collection, rec.rkey, rec.action))
         return "claimed"
 
     async def backfill(self) -> Any:
@@ -230,7 +231,7 @@ async def test_one_accounts_failed_backfill_is_logged_and_the_others_are_served(
         boom.backfill = fails  # type: ignore[method-assign]
         ok.backfill = lambda: asyncio.sleep(0, SimpleNamespace(messages=2, owed=1, resumed=0,  # type: ignore[method-assign]
                                                                 unfinished_claims=0))
-        assert await b._backfill_all(asyncio.Event(), lines.append) is True
+        assert await b.runtime.backfill_all(asyncio.Event(), lines.append) is True
         assert any("backfill   failed (RuntimeError)" in line and "a.test" in line for line in lines)
         assert any("2 message(s) asking for replies, 1 owed" in line and "b.test" in line for line in lines)
 
@@ -242,7 +243,7 @@ async def test_one_accounts_failed_backfill_is_logged_and_the_others_are_served(
 
         ok.backfill = slow  # type: ignore[method-assign]
         stop = asyncio.Event()
-        task = asyncio.create_task(b._backfill_all(stop, lines.append))
+        task = asyncio.create_task(b.runtime.backfill_all(stop, lines.append))
         await asyncio.wait_for(started.wait(), 5)
         stop.set()
         assert await asyncio.wait_for(task, 5) is False  # stopped, not waiting 30 s

@@ -100,7 +100,8 @@ def test_open_loads_the_records_and_sealing_only(tmp_path: Path) -> None:
 
 def test_convert_runs_the_worker_turn_without_the_network_stack(tmp_path: Path) -> None:
     modules = run_command(["convert", "--keyring", str(KEYRING), "--message", MESSAGE, str(RECORDS)], tmp_path)
-    assert {"gelbridge._worker.offline", "gelbridge._worker.turn", "gelbridge._worker.sources"} <= modules
+    assert {"gelbridge._worker.offline", "gelbridge._worker.turn", "gelbridge._worker.service"} <= modules
+    assert "gelbridge._worker.sources" not in modules and "gelbridge._runtime" not in modules  # no event source
     assert loaded(modules, NEVER | NO_MODEL) == {}
 
 

@@ -1,4 +1,4 @@
-"""The fleet's heartbeat loop on a real Postgres, with the accounts' bridges stood in for:
+"""The fleet's heartbeat loop on a real Postgres, with the accounts' serving stood in for:
 a hand-over's grace period never stalls the heartbeat, so the accounts a worker keeps
 (and the one it is handing over, until it releases it) stay validly leased throughout."""
 
@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from gelbridge._config import Settings
-from gelbridge._fleet import Fleet, Lease, LeaseBook, _Served
+from gelbridge._fleet import Fleet, Lease, LeaseBook, _Served, _Stop
 from gelbridge._state._postgres import PostgresStore
 
 LEASE = 2.0
@@ -29,9 +29,9 @@ async def test_a_hand_over_grace_longer_than_the_lease_never_stalls_the_heartbea
     idle: list[asyncio.Task[None]] = []
     stopped: dict[str, float] = {}
 
-    def serve(entry: Any, lease: Lease) -> _Served:  # no PDS here: a bridge that only waits
+    def serve(entry: Any, lease: Lease) -> _Served:  # no PDS here: an account that only waits
         idle.append(asyncio.create_task(asyncio.sleep(3600)))
-        return _Served(entry, lease, None, idle[-1], asyncio.Event())
+        return _Served(entry, lease, idle[-1], _Stop())
 
     async def stop(served: _Served, *, grace: float) -> None:
         await asyncio.sleep(grace)  # its running replies use the whole grace

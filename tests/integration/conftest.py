@@ -29,6 +29,7 @@ from gelbridge._records import (
 )
 from gelbridge._records.codec import to_json_form
 from gelbridge._records.models import Part
+from gelbridge._runtime import Runtime
 from gelbridge._sealing import Keyring, content_of, seal_content
 from gelbridge._worker import Worker
 
@@ -191,24 +192,52 @@ async def app(dev_pds: DevPds, pds_account: AccountInfo, keyring: tuple[Keyring,
         yield App(c, keyring[0], keyring[1])
 
 
+#: the runtime each running_worker() runs in, by id() of its worker
+_RUNTIMES: dict[int, Runtime] = {}
+
+
 @asynccontextmanager
 async def running_worker(
     settings: Settings, account: AccountInfo, keyring: Keyring, **kw: Any
 ) -> AsyncIterator[Worker]:
-    """A worker running its real loop (backfill + firehose) in this event loop."""
-    worker = Worker(settings, keyring=keyring, environ={PASSWORD_ENV: account.app_password}, **kw)
+    """A worker running its real loop (``gelbridge run``'s runtime: backfill + firehose) in
+    this event loop; ``kw`` are the worker's own seams (``store=``, ``pds=``, ``registry=`` ...)."""
+
+    def factory(s: Settings, **given: Any) -> Worker:
+        return Worker(s, **{**given, "keyring": keyring, **kw})
+
+    runtime = Runtime(settings, environ={PASSWORD_ENV: account.app_password}, worker_factory=factory,
+                      store=kw.get("store"))
     stop = asyncio.Event()
     ready = asyncio.Event()
-    task = asyncio.create_task(worker.run(stop, ready=ready))
+    task = asyncio.create_task(runtime.run(stop, ready=ready))
+    worker: Worker | None = None
     try:
         done, _ = await asyncio.wait({task, asyncio.create_task(ready.wait())}, timeout=60,
                                      return_when=asyncio.FIRST_COMPLETED)
         if task in done:
             task.result()
         assert ready.is_set(), "worker did not get ready within 60 s"
-        if worker.source is not None and hasattr(worker.source, "connected"):
-            await asyncio.wait_for(worker.source.connected.wait(), 30)
+        [served] = runtime.router
+        worker = served.worker
+        _RUNTIMES[id(worker)] = runtime
+        src = runtime.intake.source_of(worker.did)
+        if src is not None:
+            await asyncio.wait_for(src.connected.wait(), 30)
         yield worker
     finally:
+        if worker is not None:
+            _RUNTIMES.pop(id(worker), None)
         stop.set()
         await asyncio.wait_for(task, 60)
+
+
+def source_of(worker: Worker) -> Any:
+    """The event source following ``worker``'s account (in its running_worker())."""
+    return _RUNTIMES[id(worker)].intake.source_of(worker.did)
+
+
+def http_of(worker: Worker) -> Any:
+    """The health/metrics server of ``worker``'s process, once it listens (else None)."""
+    watched = _RUNTIMES[id(worker)].watched
+    return watched.http if watched is not None else None

@@ -29,6 +29,7 @@ import psycopg
 from gelbridge._dev.model_server import ModelServer, RecordedRequest, Turn
 from gelbridge._dev.pds import AccountInfo
 from gelbridge._fleet import LeaseBook
+from gelbridge._ingest import IncomingRecord
 from gelbridge._pds import PdsClient
 from gelbridge._records import MESSAGE_COLLECTION, new_tid
 from gelbridge._records.constants import FINAL_STATUSES
@@ -117,7 +118,7 @@ async def late_write(tmp: Path, pds_url: str, postgres_url: str, account: Accoun
                 reply = f"{rkey}.r0"
                 got = await app.get(rkey)
                 assert got is not None
-                assert await a.handle_event(a.did, MESSAGE_COLLECTION, rkey, got[0], got[1]) == "claimed"
+                assert await a.handle_event(IncomingRecord(a.did, MESSAGE_COLLECTION, rkey, got[0], got[1])) == "claimed"
                 hold = proxy.hold_next(PUT_RECORD)  # A's first progress write (the claim has landed)
                 await asyncio.wait_for(hold.held.wait(), 30)
 

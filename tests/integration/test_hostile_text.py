@@ -31,7 +31,7 @@ from gelbridge._worker.sources import FirehoseSource
 from testkit.frames import jetstream_event
 from testkit.jetstream_server import JetstreamServer
 
-from .conftest import App, make_settings, running_worker, text_of
+from .conftest import App, make_settings, running_worker, source_of, text_of
 
 pytestmark = [pytest.mark.pds, pytest.mark.timeout(240)]
 
@@ -90,8 +90,8 @@ async def test_nul_in_unsealed_fields_is_refused_alike_on_sqlite_and_postgres_an
         assert await worker.store.get_claim(worker.did, f"{nul_conv}.r0") is None
         errors = await worker.store.recent_errors(50)
         assert {(e.kind, e.record_key) for e in errors} >= {("bad_record", nul_conv), ("bad_record", nul_model)}
-        assert worker.source is not None and worker.source.retries == 0  # type: ignore[attr-defined]
-        assert worker.source.cursor is not None  # type: ignore[attr-defined]
+        assert source_of(worker) is not None and source_of(worker).retries == 0
+        assert source_of(worker).cursor is not None
 
 
 class Relay:
@@ -138,7 +138,7 @@ async def test_lone_surrogates_and_nul_in_jetstream_events_are_skipped_and_the_s
             _, c = await app.wait_status(f"{good}.r0", "complete", timeout=60)
             assert text_of(c) == "You said: after them"
             await worker.wait_idle(10)
-            src = worker.source
+            src = source_of(worker)
             assert src is not None and src.reconnects == 0  # type: ignore[attr-defined]
             await no_reply(app, hostile)
             errors = {(e.kind, e.record_key) for e in await worker.store.recent_errors(50)}

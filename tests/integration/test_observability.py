@@ -24,7 +24,7 @@ from gelbridge._observability import JsonFormatter
 from gelbridge._records import new_tid
 from gelbridge._sealing import Keyring
 
-from .conftest import PASSWORD_ENV, App, make_settings, running_worker
+from .conftest import PASSWORD_ENV, App, http_of, make_settings, running_worker, source_of
 from .worker_proc import WorkerProc, write_config
 
 pytestmark = [pytest.mark.pds, pytest.mark.timeout(300)]
@@ -47,9 +47,9 @@ async def test_a_running_worker_answers_healthz_readyz_and_metrics_that_move_aft
     secret = "secret-canary-7d1"
     async with running_worker(settings, pds_account, keyring[0]) as worker:
         deadline = time.monotonic() + 30
-        while getattr(worker, "http", None) is None and time.monotonic() < deadline:
+        while http_of(worker) is None and time.monotonic() < deadline:
             await asyncio.sleep(0.05)
-        host, port = worker.http.sockets[0].getsockname()[:2]
+        host, port = http_of(worker).sockets[0].getsockname()[:2]
         base = f"http://{host}:{port}"
         async with httpx.AsyncClient(base_url=base, timeout=10) as http:
             assert (await http.get("/healthz")).status_code == 200
@@ -63,9 +63,9 @@ async def test_a_running_worker_answers_healthz_readyz_and_metrics_that_move_aft
             page = (await http.get("/metrics")).text
             after = samples(page)
             assert (await http.get("/nope")).status_code == 404
-            worker.source.connected.clear()  # as while the firehose reconnects
+            source_of(worker).connected.clear()  # as while the firehose reconnects
             assert (await http.get("/readyz")).status_code == 503
-            worker.source.connected.set()
+            source_of(worker).connected.set()
     acct = (("account", pds_account.handle),)
     assert after[("gelbridge_turns_total", (*acct, ("status", "complete")))] == 1
     assert before.get(("gelbridge_turns_total", (*acct, ("status", "complete"))), 0) == 0

@@ -13,7 +13,7 @@ from gelbridge._dev.pds import AccountInfo, DevPds
 from gelbridge._records import MESSAGE_COLLECTION, PlainContent, TextPart, new_tid, now_datetime
 from gelbridge._sealing import Keyring, seal_content
 
-from .conftest import App, make_settings, running_worker, text_of
+from .conftest import App, make_settings, running_worker, source_of, text_of
 from .proxy import TcpProxy
 
 pytestmark = [pytest.mark.pds, pytest.mark.timeout(240)]
@@ -94,7 +94,7 @@ async def test_pds_outage_is_survived_and_messages_written_meanwhile_are_answere
             assert text_of(cb) == "You said: during the outage"
             c = await app.send("after the outage", conversation=conv, parent=f"{b}.r0")
             await app.wait_status(f"{c}.r0", "complete", timeout=30)
-            assert worker.source.reconnects >= 1
+            assert source_of(worker).reconnects >= 1
             for m in (a, b, c):
                 assert await app.replies_of(m) == [f"{m}.r0"]
     finally:

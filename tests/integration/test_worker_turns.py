@@ -12,7 +12,7 @@ from gelbridge._dev.pds import AccountInfo
 from gelbridge._records import new_tid
 from gelbridge._sealing import Keyring
 
-from .conftest import App, running_worker, text_of
+from .conftest import App, running_worker, source_of, text_of
 
 pytestmark = [pytest.mark.pds, pytest.mark.timeout(180)]
 
@@ -117,4 +117,4 @@ async def test_poll_source_answers_new_messages_once(
         assert text_of(c) == "You said: polled"
         await asyncio.sleep(1.0)  # several more polls: nothing is answered twice
         assert await app.replies_of(k) == [f"{k}.r0"]
-        assert len(model_server.requests) == 1 and worker.source.polls >= 2
+        assert len(model_server.requests) == 1 and source_of(worker).polls >= 2

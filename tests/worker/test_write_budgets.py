@@ -14,7 +14,7 @@ import pytest
 from gelbridge._config import RelayConfig, Settings
 from gelbridge._pds import RelayBudget, WriteBudget
 from gelbridge._state import SCHEMA_VERSION, SqliteStore, TurnTiming
-from gelbridge._worker import status_report
+from gelbridge._runtime.status import status_report
 from gelbridge._worker.writer import SKIP_AT, SPACE_OUT_AT, SPACING, progress_gap
 
 

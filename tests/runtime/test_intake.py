@@ -1,6 +1,6 @@
-"""The intake shared by `gelbridge run` and the Bridge (gelbridge._worker.watch): which
-sources [watch] gives for a set of workers, and where gaps, reconnects and records go.
-Stand-in workers, no network (the sources are built, not run)."""
+"""The one intake (gelbridge._runtime.intake), of `gelbridge run`, the fleet and the Bridge:
+which sources [watch] gives for the accounts a router serves, and where gaps, reconnects
+and records go. Stand-in workers, no network (the sources are built, not run)."""
 
 from __future__ import annotations
 
@@ -16,16 +16,19 @@ from gelbridge._errors import ConfigError
 from gelbridge._ingest import IncomingRecord
 from gelbridge._records.constants import MESSAGE_COLLECTION
 from gelbridge._state import SqliteStore
+from gelbridge._runtime import Account, Intake, Router
+from gelbridge._runtime.intake import backfill_logged, run_until, stop_tasks
 from gelbridge._worker.sources import FirehoseSource, PollSource, firehose_cursor_key
-from gelbridge._worker.watch import backfill_logged, deliver, run_until, stop_tasks, watch_sources
 
 A, B, C = "did:plc:aaaa", "did:plc:bbbb", "did:plc:cccc"
 
 
 class StandIn:
+    started = True
+
     def __init__(self, did: str, pds_url: str, store: Any = None, fail: bool = False) -> None:
         self.did, self.store, self.fail = did, store, fail
-        self.pds = SimpleNamespace(pds_url=pds_url)
+        self.pds = SimpleNamespace(pds_url=pds_url, session=SimpleNamespace(did=did))
         self.backfills = 0
         self.reconnects = 0
         self.events: list[tuple[Any, ...]] = []
@@ -39,10 +42,23 @@ class StandIn:
     def reconnected(self) -> None:
         self.reconnects += 1
 
-    async def handle_event(self, did: str, collection: str, rkey: str, cid: Any, record: Any, *,
-                           action: str = "create", received_at: float | None = None) -> str:
-        self.events.append((did, collection, rkey, cid, record, action, received_at))
+    async def handle_event(self, rec: IncomingRecord, *, received_at: float | None = None) -> str:
+        self.events.append((rec.did, rec.collection, rec.rkey, rec.cid, rec.record, rec.action, received_at))
         return "claimed"
+
+
+def watch_sources(watch: WatchConfig, workers: dict[str, StandIn], store: Any, handler: Any = None, *,
+                  firehose_in_flight: int = 64, member: str | None = None) -> list[tuple[str, Any]]:
+    """The sources an intake builds for ``workers`` (by label), routed by a router of them."""
+    router = Router()
+    for label, w in workers.items():
+        router.add(Account(label, w.did, None, w))  # type: ignore[arg-type]
+    intake = Intake(watch, store, router, member=member, firehose_in_flight=firehose_in_flight)
+    if handler is not None:
+        router.route = handler  # type: ignore[method-assign]
+    for account in router:
+        intake.attach(account)
+    return list(intake.build().items())
 
 
 @pytest.fixture
@@ -83,7 +99,7 @@ async def test_a_gap_backfills_only_the_accounts_it_concerns_and_a_reconnect_tel
 
 
 async def test_a_failed_gap_backfill_is_logged_not_raised(store: Any, caplog: pytest.LogCaptureFixture) -> None:
-    caplog.set_level("INFO", logger="gelbridge.worker.watch")
+    caplog.set_level("INFO", logger="gelbridge.runtime.intake")
     ws = {"a": StandIn(A, "http://h", fail=True), "b": StandIn(B, "http://h")}
     src = dict(watch_sources(WatchConfig(), ws, store, _ignore))["firehose-http://h"]
     await src._gap(None)
@@ -115,11 +131,16 @@ async def test_firehose_and_poll_records_reach_the_handler_as_incoming_records(s
     assert isinstance(src, PollSource) and src.store is store and src.did == A and src.interval == 3
 
 
-async def test_deliver_passes_every_field_to_handle_event() -> None:
-    w = StandIn(A, "http://h")
+async def test_the_router_passes_the_record_to_the_worker_of_its_did() -> None:
+    w, other = StandIn(A, "http://h"), StandIn(B, "http://h")
+    router = Router()
+    router.add(Account("a", A, None, w))  # type: ignore[arg-type]
+    router.add(Account("b", B, None, other))  # type: ignore[arg-type]
     rec = IncomingRecord(A, MESSAGE_COLLECTION, "k", None, None, 9, "delete")
-    assert await deliver(w, rec, 12.5) == "claimed"
-    assert w.events == [(A, MESSAGE_COLLECTION, "k", None, None, "delete", 12.5)]
+    assert await router.route(rec, 12.5) == "claimed"
+    assert w.events == [(A, MESSAGE_COLLECTION, "k", None, None, "delete", 12.5)] and other.events == []
+    assert await router.route(IncomingRecord(C, MESSAGE_COLLECTION, "k", None, None)) == "ignored"
+    assert router.stats == {"handled-claimed": 1, "unrouted": 1}
 
 
 def test_jetstream_is_one_connection_for_all_accounts_and_needs_a_url(store: Any) -> None:
