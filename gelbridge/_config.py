@@ -211,15 +211,6 @@ class ThreadConfig(_Section):
     max_request_bytes: int = Field(8 * 1024 * 1024, ge=64 * 1024)
 
 
-#: ``[watch] source`` → the function that builds its sources (``module:function``; see
-#: ``worker.sources.SourceBuilder``). A new source: its module, its name here and below.
-SOURCE_BUILDERS = {
-    "firehose": "gelbridge._worker.sources:firehose_sources",
-    "poll": "gelbridge._worker.sources:poll_sources",
-    "jetstream": "gelbridge._jetstream:jetstream_sources",
-}
-
-
 class FleetConfig(_Section):
     """``[fleet]``: how workers sharing ``[state] url`` split the accounts (``gelbridge._fleet``)."""
 

@@ -30,15 +30,17 @@ from typing import Any
 from urllib.parse import urlencode, urlsplit, urlunsplit
 
 from gelbridge._backoff import backoff_delay
+from gelbridge._config import WatchConfig
 from gelbridge._errors import GelbridgeError, RecordError, is_transient
 from gelbridge._firehose import DEFAULT_PREFIX
 from gelbridge._ingest import IncomingRecord, RecordFilter, from_jetstream_event
 from gelbridge._records import nesting
+from gelbridge._state import StateStore
 from gelbridge._worker.sources import hand_over
 
 log = logging.getLogger("gelbridge.jetstream")
 
-Handler = Callable[[IncomingRecord], Awaitable[Any]]
+Handler = Callable[[IncomingRecord], Awaitable[object]]
 
 #: Largest Jetstream message accepted (a record is at most 1 MiB of CBOR; JSON is larger).
 MAX_MESSAGE_BYTES = 8 * 1024 * 1024
@@ -100,7 +102,7 @@ class JetstreamSource:
         self,
         url: str,
         dids: Iterable[str],
-        store: Any,
+        store: StateStore,
         handler: Handler,
         *,
         prefix: str = DEFAULT_PREFIX,
@@ -314,7 +316,7 @@ def _peek_time_us(message: str | bytes) -> int | None:
     return cur if isinstance(cur, int) else None
 
 
-def jetstream_url(watch: Any) -> str:
+def jetstream_url(watch: WatchConfig) -> str:
     """``[watch] url`` for ``source = "jetstream"``, or ``ConfigError`` saying it is needed."""
     from gelbridge._errors import ConfigError
 
@@ -322,11 +324,3 @@ def jetstream_url(watch: Any) -> str:
         raise ConfigError('[watch] source = "jetstream" needs url = "wss://<jetstream host>"')
     url: str = watch.url
     return url
-
-
-def jetstream_sources(watch: Any, workers: Any, store: Any, handler: Handler, hooks: Any) -> list[tuple[str, Any]]:
-    """``[watch] source = "jetstream"``: one connection for every account."""
-    url = jetstream_url(watch)
-    every = list(workers.items())
-    return [("jetstream", JetstreamSource(url, [w.did for w in workers.values()], store, handler,
-                                          on_reconnect=hooks.reconnected(every)))]

@@ -1,6 +1,6 @@
 """Benchmark what a flood of the health/metrics listener costs a worker's turns.
 
-A real worker process (``Worker.run``, RLIMIT_NOFILE 1024 as in the issue, ``[observability]
+A real worker process (``gelbridge run``'s runtime, RLIMIT_NOFILE 1024 as in the issue, ``[observability]
 listen`` on loopback) answers sealed messages from the local PDS with the local echo model
 (a new model connection per call). For each code tree (``--before``, default /work/main,
 and this one) it runs twice: quiet, and under a flood from a separate process:
@@ -49,7 +49,6 @@ def worker_main(cfg: dict[str, Any]) -> None:
     import gelbridge
     from gelbridge._config import Settings
     from gelbridge._sealing import Keyring
-    from gelbridge._worker import Worker
 
     resource.setrlimit(resource.RLIMIT_NOFILE, (1024, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
     logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(levelname)s %(name)s: %(message)s")
@@ -60,16 +59,30 @@ def worker_main(cfg: dict[str, Any]) -> None:
         "providers": {"local": {"adapter": "openai", "base_url": cfg["model"] + "/v1", "max_retries": 0}},
         "observability": {"listen": f"{HOST}:0"},
     })
-    worker = Worker(settings, keyring=Keyring.load(cfg["keyring"]), environ={ENV: cfg["password"]},
-                    out=sys.stderr)
+    keyring = Keyring.load(cfg["keyring"])
 
     async def run() -> None:
         stop, ready = asyncio.Event(), asyncio.Event()
         asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
-        task = asyncio.create_task(worker.run(stop, ready=ready))
-        await asyncio.wait_for(ready.wait(), 60)
-        await asyncio.wait_for(worker.source.connected.wait(), 30)  # type: ignore[union-attr]
-        print("BENCH-READY", worker.http.sockets[0].getsockname()[1], gelbridge.__file__, flush=True)
+        try:
+            from gelbridge._runtime import Runtime
+        except ImportError:  # a tree from before the runtime (the "before" side of a run)
+            from gelbridge._worker import Worker
+
+            worker = Worker(settings, keyring=keyring, environ={ENV: cfg["password"]}, out=sys.stderr)
+            task = asyncio.create_task(worker.run(stop, ready=ready))  # type: ignore[attr-defined]
+            await asyncio.wait_for(ready.wait(), 60)
+            await asyncio.wait_for(worker.source.connected.wait(), 30)  # type: ignore[attr-defined]
+            http = worker.http  # type: ignore[attr-defined]
+        else:
+            runtime = Runtime(settings, keyrings={cfg["handle"]: keyring}, environ={ENV: cfg["password"]})
+            task = asyncio.create_task(runtime.run(stop, ready=ready, out=sys.stderr))
+            await asyncio.wait_for(ready.wait(), 60)
+            for src in runtime.intake.sources.values():
+                await asyncio.wait_for(src.connected.wait(), 30)
+            assert runtime.watched is not None
+            http = runtime.watched.http
+        print("BENCH-READY", http.sockets[0].getsockname()[1], gelbridge.__file__, flush=True)
         await task
 
     asyncio.run(run())

@@ -28,8 +28,8 @@ from gelbridge._dev.model_server import ModelServer
 from gelbridge._dev.pds import DevPds, create_account
 from gelbridge._pds import PdsClient
 from gelbridge._records import MESSAGE_COLLECTION, AtUri, PlainContent, TextPart, new_tid, now_datetime
+from gelbridge._runtime import Runtime
 from gelbridge._sealing import Keyring, seal_content
-from gelbridge._worker import Worker
 
 ENV = "GELBRIDGE_BENCH_APP_PASSWORD"
 
@@ -76,11 +76,14 @@ async def main_async(args: argparse.Namespace, pds: DevPds, server: ModelServer,
         "replies": {"update_interval": 2.0},
         "worker": {"concurrency": args.conversations},
     })
-    worker = Worker(settings, keyring=kr, environ={ENV: acct.app_password})
+    runtime = Runtime(settings, keyrings={acct.handle: kr}, environ={ENV: acct.app_password})
     stop, ready = asyncio.Event(), asyncio.Event()
-    task = asyncio.create_task(worker.run(stop, ready=ready))
+    task = asyncio.create_task(runtime.run(stop, ready=ready))
     await asyncio.wait_for(ready.wait(), 60)
-    await asyncio.wait_for(worker.source.connected.wait(), 30)  # type: ignore[union-attr]
+    [served] = runtime.router
+    worker = served.worker
+    for src in runtime.intake.sources.values():
+        await asyncio.wait_for(src.connected.wait(), 30)
 
     # firehose delivery: commit → event seen by a second subscriber
     from contextlib import aclosing

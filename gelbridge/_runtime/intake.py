@@ -34,7 +34,7 @@ from gelbridge._jetstream import JetstreamSource, jetstream_cursor_key, jetstrea
 from gelbridge._runtime.router import Account, Router
 from gelbridge._state import StateStore
 from gelbridge._worker import Worker
-from gelbridge._worker.sources import EventSource, FirehoseSource, PollSource, firehose_cursor_key
+from gelbridge._worker.sources import EventSource, FirehoseSource, GapHandler, PollSource, firehose_cursor_key
 
 log = logging.getLogger("gelbridge.runtime.intake")
 
@@ -237,7 +237,7 @@ class Intake:
         cur = await self.store.get_cursor(key)
         return str(cur) if cur is not None else "none: starting live + backfill"
 
-    def _gap(self, host: str) -> Callable[[str | None], Any]:
+    def _gap(self, host: str) -> GapHandler:
         """Backfill the accounts on ``host`` a gap concerns (``did``, or all of them for None)."""
 
         async def on_gap(did: str | None) -> None:

@@ -33,7 +33,8 @@ import time
 from collections import defaultdict
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from enum import Enum
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 from gelbridge import _tracing as tracing
@@ -90,9 +91,20 @@ from gelbridge._worker.writer import (
     claim_authority,
 )
 
+if TYPE_CHECKING:
+    from gelbridge._adapters.client import ModelClient
+
 log = logging.getLogger("gelbridge.worker")
 
-_UNKNOWN: Any = object()  # "the reply slot was not looked at yet"
+class _Unknown(Enum):
+    """The reply slot was not looked at yet (``existing=UNKNOWN``)."""
+
+    UNKNOWN = "unknown"
+
+
+_UNKNOWN = _Unknown.UNKNOWN
+#: what is known of a reply slot: its record, none there, or not looked at yet
+Slot = Entry | None | _Unknown
 
 
 def session_key(settings: Settings) -> str:
@@ -270,11 +282,9 @@ class Worker:
             pds.relay = self._relays.setdefault(host, RelayBudget(host, r.events_per_second,
                                                                    r.events_per_hour, r.events_per_day))
 
-    def _model_client(self) -> Any:
-        try:
-            from gelbridge._adapters.client import ModelClient
-        except ImportError as e:  # pragma: no cover - only while the adapter layer is missing
-            raise ConfigError(f"the model client is not available ({e}); reinstall gelbridge") from None
+    def _model_client(self) -> ModelClient:
+        from gelbridge._adapters.client import ModelClient
+
         adapters = None
         try:
             from gelbridge._adapters.registry import registry_from_settings
@@ -401,7 +411,7 @@ class Worker:
         return await self._consider(rkey, cid, value, received, existing=_UNKNOWN)
 
     async def _consider(
-        self, rkey: str, cid: str | None, value: dict[str, Any], received: float, *, existing: Any
+        self, rkey: str, cid: str | None, value: dict[str, Any], received: float, *, existing: Slot
     ) -> EventOutcome:
         try:
             msg = self.opened.record(self.view.uri(rkey), cid, value)
@@ -457,7 +467,7 @@ class Worker:
         Outside a fleet there is no such authority: a changed reply is someone else's."""
         return claim_authority(self.store, self.did, reply_rkey) if self.fence is not None else None
 
-    async def _claim_and_submit(self, ask: Ask, received: float, *, existing: Any) -> EventOutcome:
+    async def _claim_and_submit(self, ask: Ask, received: float, *, existing: Slot) -> EventOutcome:
         rk = ask.reply_rkey
         if self.scheduler.is_active(rk):
             return EventOutcome.ACTIVE

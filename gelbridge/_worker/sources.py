@@ -11,9 +11,9 @@ then. One failure policy (:func:`hand_over`): a failure that may pass
 its own way (the firehose in place, poll at the next poll, Jetstream by reconnecting
 from its cursor); any other failure is logged and the record skipped. Each source has
 ``dids``, ``connected``, ``reconnects`` and ``last_event_at`` (for ``/readyz`` and
-``/metrics``) and tells ``on_reconnect`` when events may have been missed. Sources are
-built by name from ``[watch] source`` (``config.SOURCE_BUILDERS``): a new source is its
-module and a line of config.
+``/metrics``) and tells ``on_reconnect`` when events may have been missed. The runtime's
+intake (:mod:`gelbridge._runtime.intake`) builds the sources ``[watch] source`` names for
+the accounts it serves.
 
 **Firehose cursor** (``[watch] source = "firehose"``): events may be handled
 concurrently (at most ``max_in_flight``; ``1`` handles them in seq order), so the saved
@@ -42,41 +42,26 @@ import asyncio
 import itertools
 import logging
 import time
-from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable
 from collections.abc import Set as AbstractSet
 from contextlib import aclosing
-from dataclasses import dataclass
-from typing import Any, Literal, Protocol
+from typing import Literal, Protocol
 
 from gelbridge._backoff import backoff_delay
 from gelbridge._errors import FirehoseError, GelbridgeError, PdsError, is_transient
 from gelbridge._firehose import StreamMarker, subscribe_repos
 from gelbridge._ingest import IncomingRecord
 from gelbridge._records.constants import MESSAGE_COLLECTION
+from gelbridge._seams import Repo
+from gelbridge._state import StateStore
 
 log = logging.getLogger("gelbridge.worker.sources")
 
 #: Takes one record of ours; returns once its effects are durable.
-RecordHandler = Callable[[IncomingRecord], Awaitable[Any]]
+RecordHandler = Callable[[IncomingRecord], Awaitable[object]]
 Handler = RecordHandler
 #: Events of ``did`` (None: of any repo on the subscription) may have been missed.
 GapHandler = Callable[[str | None], Awaitable[None]]
-
-
-@dataclass(frozen=True)
-class SourceHooks:
-    """What a source builder gets from the intake: ``gap(group)`` and
-    ``reconnected(group)`` make the callbacks that backfill, or tell, the workers of a
-    group of ``(label, worker)`` (events of theirs may have been missed)."""
-
-    gap: Callable[[Sequence[tuple[str, Any]]], GapHandler]
-    reconnected: Callable[[Sequence[tuple[str, Any]]], Callable[[], None]]
-    firehose_in_flight: int = 64
-
-
-#: Builds the sources of one ``[watch] source`` for started workers (by label):
-#: ``(watch, workers, store, handler, hooks) → [(name, source)]`` (``config.SOURCE_BUILDERS``).
-SourceBuilder = Callable[[Any, Mapping[str, Any], Any, RecordHandler, SourceHooks], list[tuple[str, "EventSource"]]]
 
 
 class EventSource(Protocol):
@@ -174,7 +159,7 @@ class FirehoseSource:
         self,
         pds_url: str,
         dids: str | Iterable[str],
-        store: Any,
+        store: StateStore,
         handler: Handler,
         *,
         on_gap: GapHandler | None = None,
@@ -364,7 +349,7 @@ class PollSource:
 
     live = False
 
-    def __init__(self, pds: Any, did: str, store: Any, handler: Handler, *, interval: float = 5.0,
+    def __init__(self, pds: Repo, did: str, store: StateStore, handler: Handler, *, interval: float = 5.0,
                  on_reconnect: Callable[[], None] | None = None) -> None:
         self.pds = pds
         self.did = did
@@ -420,29 +405,3 @@ class PollSource:
                 delay = backoff_delay(failures + 1, base=self.interval, cap=60.0, spread=(1.0, 1.0), max_doublings=4)
                 log.warning("poll failed (%s); retry in %.0f s", type(e).__name__, delay)
                 await asyncio.sleep(delay)
-
-
-# --- builders (config.SOURCE_BUILDERS) ----------------------------------------------------------
-
-
-def firehose_sources(watch: Any, workers: Mapping[str, Any], store: Any, handler: RecordHandler,
-                     hooks: SourceHooks) -> list[tuple[str, EventSource]]:
-    """One subscription per PDS host, carrying every account on it."""
-    hosts: dict[str, list[tuple[str, Any]]] = {}
-    for label, w in workers.items():
-        hosts.setdefault(w.pds.pds_url.rstrip("/"), []).append((label, w))
-    return [
-        (f"firehose-{host}", FirehoseSource(
-            host, [w.did for _, w in group], store, handler, on_gap=hooks.gap(group),
-            on_reconnect=hooks.reconnected(group), max_in_flight=hooks.firehose_in_flight,
-        ))
-        for host, group in hosts.items()
-    ]
-
-
-def poll_sources(watch: Any, workers: Mapping[str, Any], store: Any, handler: RecordHandler,
-                 hooks: SourceHooks) -> list[tuple[str, EventSource]]:
-    """One poller per account (its own store remembers what it saw)."""
-    return [(f"poll-{label}", PollSource(w.pds, w.did, w.store, handler, interval=watch.poll_interval,
-                                         on_reconnect=hooks.reconnected([(label, w)])))
-            for label, w in workers.items()]

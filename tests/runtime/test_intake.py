@@ -15,9 +15,9 @@ from gelbridge._config import WatchConfig
 from gelbridge._errors import ConfigError
 from gelbridge._ingest import IncomingRecord
 from gelbridge._records.constants import MESSAGE_COLLECTION
-from gelbridge._state import SqliteStore
 from gelbridge._runtime import Account, Intake, Router
 from gelbridge._runtime.intake import backfill_logged, run_until, stop_tasks
+from gelbridge._state import SqliteStore
 from gelbridge._worker.sources import FirehoseSource, PollSource, firehose_cursor_key
 
 A, B, C = "did:plc:aaaa", "did:plc:bbbb", "did:plc:cccc"

@@ -11,9 +11,9 @@ from typer.testing import CliRunner
 
 from gelbridge._cli import app
 from gelbridge._config import Settings
+from gelbridge._runtime.status import status_report
 from gelbridge._state import DB_FILENAME, SCHEMA_VERSION, SqliteStore, TurnTiming
 from gelbridge._state._sqlite import _MIGRATIONS
-from gelbridge._runtime.status import status_report
 from gelbridge._worker.timing import ReadClock, reading, start_reads, stop_reads
 
 

@@ -13,8 +13,8 @@ import pytest
 
 from gelbridge._config import RelayConfig, Settings
 from gelbridge._pds import RelayBudget, WriteBudget
-from gelbridge._state import SCHEMA_VERSION, SqliteStore, TurnTiming
 from gelbridge._runtime.status import status_report
+from gelbridge._state import SCHEMA_VERSION, SqliteStore, TurnTiming
 from gelbridge._worker.writer import SKIP_AT, SPACE_OUT_AT, SPACING, progress_gap
 
 
