@@ -492,6 +492,13 @@ class Worker:
             else:
                 self._submit(ask, writer, received)
                 return EventOutcome.CLAIMED
+        return await self._existing_reply(ask, writer, existing, received, ours=ours)
+
+    async def _existing_reply(self, ask: Ask, writer: ReplyWriter, existing: Entry, received: float, *,
+                              ours: bool) -> EventOutcome:
+        """The reply slot holds a record already: done, someone else's, or ours to resume
+        (or a stale one to take over)."""
+        rk = ask.reply_rkey
         cid, value = existing
         decision = decide_existing_reply(value, ours=ours, stale_after=self.settings.worker.stale_claim_after)
         if decision is SlotDecision.DONE:

@@ -187,3 +187,77 @@ async def test_stopping_lets_records_in_flight_finish_and_saves_their_cursor(sto
 
 async def _ignore(rec: IncomingRecord) -> None:
     return None
+
+
+def member_intake(watch: WatchConfig, store: Any) -> tuple[Intake, Router, dict[str, Account]]:
+    router = Router()
+    accounts = {label: Account(label, w.did, None, w) for label, w in three_accounts().items()}  # type: ignore[arg-type]
+    for a in accounts.values():
+        router.add(a)
+    return Intake(watch, store, router, member="m1"), router, accounts
+
+
+async def test_a_fleet_members_subscriptions_follow_the_accounts_as_they_come_and_go(store: Any) -> None:
+    """A changing set (a fleet member): one subscription per host, opened for its first
+    account, under the member's own cursor key; an account that leaves is carried no more."""
+    intake, _, acc = member_intake(WatchConfig(), store)
+    for a in acc.values():
+        intake.attach(a)
+    one, two = intake.sources["firehose-http://127.0.0.1:1"], intake.sources["firehose-http://127.0.0.1:2"]
+    assert isinstance(one, FirehoseSource) and one.dids == {A, B} and two.dids == {C}
+    assert one.key == "firehose:http://127.0.0.1:1:fleet:m1"
+    await intake.detach(acc["b"])
+    assert one.dids == {A} and intake.source_of(B) is None and intake.source_of(C) is two
+    assert "cursor none" in await intake.describe(acc["a"])
+
+
+async def test_a_fleet_members_jetstream_connection_asks_for_the_accounts_it_serves(store: Any) -> None:
+    intake, _, acc = member_intake(WatchConfig(source="jetstream", url="ws://127.0.0.1:3"), store)
+    intake.attach(acc["a"])
+    intake.attach(acc["c"])
+    [(name, js)] = intake.sources.items()
+    assert name == "jetstream" and js.dids == {A, C} and js.key.endswith(":fleet:m1")
+    line = await intake.describe(acc["a"])
+    assert line.startswith("jetstream ws://127.0.0.1:3 (wantedDids did:plc:aaaa and 1 other account(s)")
+    await intake.detach(acc["c"])
+    assert js.dids == {A}
+
+
+async def test_poll_sources_start_only_after_their_accounts_backfill(store: Any) -> None:
+    """Poll reads the repo itself: a fixed set's pollers start with the rest after the
+    backfill (start(live_only=False)); a changing set's with start_poll, per account."""
+    ws = {"a": StandIn(A, "http://h", store=store)}
+    router = Router()
+    router.add(Account("a", A, None, ws["a"]))  # type: ignore[arg-type]
+    intake = Intake(WatchConfig(source="poll", poll_interval=60), store, router)
+    intake.attach(router.get(A))  # type: ignore[arg-type]
+    intake.start(live_only=True)
+    assert set(intake.sources) == {"poll-a"} and intake.tasks == []
+    assert await intake.describe(router.get(A)) == "poll every 60 s (listRecords on its PDS)"  # type: ignore[arg-type]
+    intake.start(live_only=False)
+    assert len(intake.tasks) == 1
+    await intake.stop()
+    assert intake.tasks == []
+
+    member, _, acc = member_intake(WatchConfig(source="poll"), store)
+    member.start(live_only=True)
+    member.attach(acc["a"])
+    assert "poll-a" in member.sources and member.tasks == []  # not before its backfill
+    member.start_poll(acc["a"])
+    assert len(member.tasks) == 1
+    await member.detach(acc["a"])
+    assert member.sources == {} and member.tasks == []
+
+
+async def test_a_fixed_set_is_complete_once_the_intake_runs(store: Any) -> None:
+    _, router, acc = member_intake(WatchConfig(), store)
+    fixed = Intake(WatchConfig(), store, router)
+    fixed.attach(acc["a"])
+    fixed.start(live_only=True)
+    try:
+        with pytest.raises(RuntimeError, match="complete"):
+            fixed.attach(acc["b"])
+    finally:
+        await fixed.stop()
+    with pytest.raises(ConfigError, match="needs url"):
+        Intake(WatchConfig(source="jetstream"), store, router)
