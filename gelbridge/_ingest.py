@@ -28,12 +28,13 @@ Everything here is pure: no I/O, no clock. Deletes pass with ``record=None`` and
 
 from __future__ import annotations
 
+import logging
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal
 
-from gelbridge._errors import FirehoseError, RecordError
+from gelbridge._errors import FirehoseError, RecordError, is_transient
 from gelbridge._firehose import DEFAULT_PREFIX, RepoEvent, commit_events, decode_frame_full
 from gelbridge._records import nesting
 from gelbridge._records.keys import is_valid_rkey
@@ -275,3 +276,29 @@ def from_record(
         raise ValueError(f"action must be create, update or delete, not {action!r}")
     return [IncomingRecord(did, collection, rkey, cid, record if action != "delete" else None,
                            source_cursor, action)]
+
+
+# --- the one failure policy of every source ---------------------------------------------------
+
+log = logging.getLogger("gelbridge.ingest")
+
+#: what became of a record given to a handler (:func:`hand_over`)
+Outcome = Literal["handled", "skipped", "later"]
+
+
+async def hand_over(handler: Callable[[IncomingRecord], Awaitable[object]],
+                    rec: IncomingRecord) -> tuple[Outcome, Exception | None]:
+    """Give ``rec`` to ``handler`` under the one failure policy of every event source:
+    ``handled``; ``skipped`` (it failed for good: logged, the cursor may pass it); or
+    ``later`` with the error (it may pass: the source must not pass the record, and tries
+    it again its own way)."""
+    try:
+        await handler(rec)
+    except Exception as e:  # noqa: BLE001
+        if is_transient(e):
+            log.warning("record %s/%s could not be handled yet (%s); it is tried again",
+                        rec.collection, rec.rkey, type(e).__name__)
+            return "later", e
+        log.error("record %s/%s failed (%s); skipped", rec.collection, rec.rkey, type(e).__name__)
+        return "skipped", e
+    return "handled", None

@@ -33,10 +33,9 @@ from gelbridge._backoff import backoff_delay
 from gelbridge._config import WatchConfig
 from gelbridge._errors import GelbridgeError, RecordError, is_transient
 from gelbridge._firehose import DEFAULT_PREFIX
-from gelbridge._ingest import IncomingRecord, RecordFilter, from_jetstream_event
+from gelbridge._ingest import IncomingRecord, RecordFilter, from_jetstream_event, hand_over
 from gelbridge._records import nesting
 from gelbridge._state import StateStore
-from gelbridge._worker.sources import hand_over
 
 log = logging.getLogger("gelbridge.jetstream")
 

@@ -85,19 +85,7 @@ LAYER_OF: dict[str, str] = {
 
 #: (importer, imported) edges that break the rules today, each one to be removed. The
 #: test fails when one is no longer there (or no longer a violation): it only shrinks.
-KNOWN: set[tuple[str, str]] = {
-    # removed by the runtime refactor (issue 24): Worker.run builds a Bridge (_worker/service.py)
-    ("gelbridge._worker.service", "gelbridge._bridge"),
-    # removed by the runtime refactor (issue 24): status reads the fleet's leases (_worker/status.py)
-    ("gelbridge._worker.status", "gelbridge._fleet"),
-    # removed by the runtime refactor (issue 24): hand_over, the one failure policy of every
-    # source, is in _worker/sources.py (being rewritten); below the worker (_ingest.py, next to
-    # IncomingRecord) the Jetstream source could share it
-    ("gelbridge._jetstream", "gelbridge._worker.sources"),
-    # removed by the runtime refactor (issue 24): _cli/run.py (being rewritten) imports app and
-    # print_error from gelbridge._cli, which imports it; gelbridge._cli._app has them
-    ("gelbridge._cli.run", "gelbridge._cli"),
-}
+KNOWN: set[tuple[str, str]] = set()  # none left: the runtime refactor (issue 24) removed the last ones
 
 
 @dataclass(frozen=True)
@@ -327,8 +315,8 @@ def test_known_violations_only_go(report: Report) -> None:
 def test_the_graph_sees_the_whole_package() -> None:
     edges = first_lines(imports_of(ROOT, "gelbridge"))
     assert len(modules_of(ROOT, "gelbridge")) > 90 and len(edges) > 300
-    # a lazy import, inside a function (Worker.run's Bridge), and a TYPE_CHECKING one
-    assert ("gelbridge._worker.service", "gelbridge._bridge") in edges
+    # a lazy import, inside a function (Worker.start's tool loader), and a TYPE_CHECKING one
+    assert ("gelbridge._worker.service", "gelbridge._tools") in edges
     assert ("gelbridge._seams", "gelbridge._pds") in edges
 
 

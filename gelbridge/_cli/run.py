@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 import typer
 
-from gelbridge._cli import app, print_error
+from gelbridge._cli._app import app, print_error
 from gelbridge._seams import Printer
 
 if TYPE_CHECKING:

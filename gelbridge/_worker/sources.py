@@ -45,12 +45,12 @@ import time
 from collections.abc import Awaitable, Callable, Iterable
 from collections.abc import Set as AbstractSet
 from contextlib import aclosing
-from typing import Literal, Protocol
+from typing import Protocol
 
 from gelbridge._backoff import backoff_delay
-from gelbridge._errors import FirehoseError, GelbridgeError, PdsError, is_transient
+from gelbridge._errors import FirehoseError, GelbridgeError, PdsError
 from gelbridge._firehose import StreamMarker, subscribe_repos
-from gelbridge._ingest import IncomingRecord
+from gelbridge._ingest import IncomingRecord, hand_over
 from gelbridge._records.constants import MESSAGE_COLLECTION
 from gelbridge._seams import Repo
 from gelbridge._state import StateStore
@@ -86,25 +86,6 @@ class EventSource(Protocol):
 
     async def drain(self, timeout: float) -> None:
         """After cancelling :meth:`run`: let records in flight finish (bounded)."""
-
-
-Outcome = Literal["handled", "skipped", "later"]
-
-
-async def hand_over(handler: RecordHandler, rec: IncomingRecord) -> tuple[Outcome, Exception | None]:
-    """Give ``rec`` to ``handler`` under the one failure policy: ``handled``; ``skipped``
-    (it failed for good: logged, the cursor may pass it); or ``later`` with the error (it
-    may pass: the source must not pass the record, and tries it again its own way)."""
-    try:
-        await handler(rec)
-    except Exception as e:  # noqa: BLE001
-        if is_transient(e):
-            log.warning("record %s/%s could not be handled yet (%s); it is tried again",
-                        rec.collection, rec.rkey, type(e).__name__)
-            return "later", e
-        log.error("record %s/%s failed (%s); skipped", rec.collection, rec.rkey, type(e).__name__)
-        return "skipped", e
-    return "handled", None
 
 
 class CursorTracker:
