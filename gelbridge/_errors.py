@@ -26,6 +26,13 @@ class GelbridgeError(Exception):
     partial: Any = None
     diagnostics: list[Any] = []  # replaced per instance, never appended to
 
+    def __init__(self, *args: object, kind: str | None = None) -> None:
+        """``kind``: this error's reply kind where its class's does not fit (chosen where the
+        error is raised, never set on it afterwards)."""
+        super().__init__(*args)
+        if kind is not None:
+            self.kind = kind
+
 
 #: ``error.kind`` values a reply may carry (PROTOCOL.md §1): the Lux IR error kinds
 #: (``lux.ErrorKind``, spelled out: lux imports this module; tests/test_errors.py checks

@@ -41,6 +41,8 @@ from gelbridge._mapping import (
     CallIds,
     OpenedMessage,
     OpenedRecordCache,
+    ReplyDraft,
+    TurnChoice,
     approval_answers,
     build_request,
     call_ids_in,
@@ -81,9 +83,17 @@ from gelbridge._records.models import (
 from gelbridge._sealing import content_of, open_blob, seal_blob
 from gelbridge._seams import ModelCaller, Repo
 from gelbridge._state import CallRef, StateStore, TurnTiming
-from gelbridge._thread import previous_reply_rkey
-from gelbridge._tools import ToolCall, ToolRegistry, call_digest, execute_journaled, needs_approval, resolve_approvals
-from gelbridge._tools.approval import WaitingCall
+from gelbridge._thread import Thread, previous_reply_rkey
+from gelbridge._tools import (
+    Tool,
+    ToolCall,
+    ToolRegistry,
+    call_digest,
+    execute_journaled,
+    needs_approval,
+    resolve_approvals,
+)
+from gelbridge._tools.approval import ApprovalAnswer, ApprovalOutcome, WaitingCall
 from gelbridge._tools.config import builtin_config
 from gelbridge._tools.journal import INTERRUPTED_OUTPUT
 from gelbridge._worker.decide import Ask, error_message, reply_error_kind
@@ -91,7 +101,16 @@ from gelbridge._worker.repo import RepoView, SideRecords, load_thread
 from gelbridge._worker.resume import DENIED_NOT_RUN, ResumePoint, resume_point
 from gelbridge._worker.timing import ReadClock, reading, start_reads, stop_reads
 from gelbridge._worker.writer import CLAIMED_ELSEWHERE, ReplyWriter, content_bytes, fit_parts, size_bound
-from gelbridge.lux import ConversionStatus, Diagnostic, LuxResponse, Options, StreamAccumulator, ToolKind
+from gelbridge.lux import (
+    ConversionStatus,
+    Converted,
+    Diagnostic,
+    LuxRequest,
+    LuxResponse,
+    Options,
+    StreamAccumulator,
+    ToolKind,
+)
 from gelbridge.lux import Tool as LuxTool
 
 log = logging.getLogger("gelbridge.worker.turn")
@@ -253,6 +272,35 @@ class TurnState:
     streaming: StreamAccumulator | None = None  # the step in flight (its usage is billed too)
     diagnostics: list[Diagnostic] = field(default_factory=list)  # what was lost or changed on the way
     request_diagnostics: list[Diagnostic] = field(default_factory=list)  # of building that request
+
+    def add_usage(self, usage: Usage | None) -> None:
+        """Add a finished step's usage (None: the provider said nothing)."""
+        if usage is not None:
+            self.usage = _sum_usage([u for u in (self.usage, usage) if u is not None])
+
+    def parts_so_far(self) -> list[Part]:
+        """The reply's parts with the step in flight (best effort: the finished steps' if
+        that fails)."""
+        partial = self.partial
+        if partial is not None:
+            try:
+                return partial()
+            except Exception:  # noqa: BLE001 - best effort: keep what is certain
+                pass
+        return list(self.parts or [])
+
+    def usage_so_far(self) -> Usage | None:
+        """The usage of the finished steps plus what the step in flight reported."""
+        steps = [u for u in (self.usage,) if u is not None]
+        acc = self.streaming
+        if acc is not None:
+            try:
+                live = map_usage(acc.result().usage)
+            except Exception:  # noqa: BLE001 - best effort
+                live = None
+            if live is not None:
+                steps.append(live)
+        return _sum_usage(steps) if steps else None
 
 
 class _Stop(Exception):
@@ -521,209 +569,346 @@ async def _waiting_asked_here(
 
 
 async def answer(deps: TurnDeps, job: TurnJob, state: TurnState, timer: _Timer) -> ReplyStatus:
-    """Everything after the claim up to (not including) the final write. Returns the status."""
-    ask = job.ask
-    settings = deps.settings
+    """Everything after the claim up to (not including) the final write, in phases: load
+    and open the thread and choose model and tools (:meth:`_Turn.prepare`), continue a
+    reply resumed after a crash or answer the parent's approvals (:meth:`_Turn.begin`),
+    then the model steps and their tool calls (:meth:`_Turn.steps`). Returns the status;
+    what the turn knows so far is in ``state``, every ending is written from it."""
+    turn = await _Turn.prepare(deps, job, state, timer)
+    start = await turn.begin()
+    return start if isinstance(start, ReplyStatus) else await turn.steps(start)
+
+
+@dataclass(frozen=True)
+class _Loaded:
+    """A turn's thread, opened (the plaintext stays in memory), and its side records."""
+
+    thread: Thread
+    opened: list[OpenedMessage]
+    key_ids: dict[str, str | None]  # per message: the keyId its content is sealed with (None: plain)
+    previous: MessageRecord | None  # the reply this one regenerates
+    conversation: ConversationRecord | None
+    settings_record: SettingsRecord | None
+    instructions: PlainContent | None  # the conversation's own, opened
+
+
+def _refuse_plain(settings: Settings, ask: Ask) -> None:
     if ask.key_id is None and not settings.replies.allow_plain:
-        err = GelbridgeError("this gelbridge answers sealed messages only ([replies] allow_plain = false): "
-                             "the app must send the message as encryptedContent")
-        err.kind = "bad_record"
-        raise err
-    thread, cids = await load_thread(deps.view, ask.message_rkey, deps.opened, max_depth=settings.thread.max_depth)
-    message = thread.message.record
+        raise GelbridgeError("this gelbridge answers sealed messages only ([replies] allow_plain = false): "
+                             "the app must send the message as encryptedContent", kind="bad_record")
+
+
+async def _load(deps: TurnDeps, ask: Ask) -> _Loaded:
+    """Walk the thread, read its side records, open every message of the chain."""
+    thread, cids = await load_thread(deps.view, ask.message_rkey, deps.opened, max_depth=deps.settings.thread.max_depth)
+    previous, conversation, settings_record = await _side_records(deps, ask, thread)
+    opened: list[OpenedMessage] = []
+    key_ids: dict[str, str | None] = {}
+    for e in thread.entries:
+        content = deps.opened.content(deps.view.uri(e.rkey), cids.get(e.rkey), e.record, keyring=deps.keyring)
+        opened.append(OpenedMessage(e.rkey, e.record, content))
+        key_ids[e.rkey] = getattr(e.record.content, "key_id", None)
+    instructions: PlainContent | None = None
+    if conversation is not None and conversation.instructions is not None:
+        instructions = content_of(conversation.instructions,
+                                  uri=AtUri(deps.did, CONVERSATION_COLLECTION, thread.conversation),
+                                  keyring=deps.keyring)
+    return _Loaded(thread, opened, key_ids, previous, conversation, settings_record, instructions)
+
+
+async def _side_records(
+    deps: TurnDeps, ask: Ask, thread: Thread
+) -> tuple[MessageRecord | None, ConversationRecord | None, SettingsRecord | None]:
+    """The reply being regenerated, and meanwhile the conversation and settings records."""
     conv_task = (
         asyncio.create_task(_get_side_record(deps, CONVERSATION_COLLECTION, thread.conversation, ConversationRecord))
         if is_valid_rkey(thread.conversation) else None
     )
     settings_task = asyncio.create_task(_get_side_record(deps, SETTINGS_COLLECTION, SETTINGS_RKEY, SettingsRecord))
     try:
-        previous = await _previous_reply(deps, ask.message_rkey, message)
+        previous = await _previous_reply(deps, ask.message_rkey, thread.message.record)
         conversation = await conv_task if conv_task is not None else None
-        settings_rec = await settings_task
+        settings_record = await settings_task
     finally:
         for t in (conv_task, settings_task):
             if t is not None and not t.done():
                 t.cancel()
+    return previous, conversation, settings_record
 
-    # open the chain (plaintext stays in memory)
-    opened: list[OpenedMessage] = []
-    key_ids: dict[str, str | None] = {}
-    for e in thread.entries:
-        uri = deps.view.uri(e.rkey)
-        content = deps.opened.content(uri, cids.get(e.rkey), e.record, keyring=deps.keyring)
-        opened.append(OpenedMessage(e.rkey, e.record, content))
-        key_ids[e.rkey] = getattr(e.record.content, "key_id", None)
-    conv_instructions: PlainContent | None = None
-    if conversation is not None and conversation.instructions is not None:
-        conv_instructions = content_of(
-            conversation.instructions,
-            uri=AtUri(deps.did, CONVERSATION_COLLECTION, thread.conversation),
-            keyring=deps.keyring,
-        )
 
-    choice = choose_turn(message, previous_reply=previous, conversation=conversation,
-                         settings_record=settings_rec, defaults=settings.defaults)
+def _choose(deps: TurnDeps, loaded: _Loaded, state: TurnState) -> tuple[TurnChoice, ModelRef]:
+    """Model, tools and effort (§4.3); the model and effort go into ``state`` at once
+    (every ending names them). Returns the choice and the model to ask."""
+    settings = deps.settings
+    choice = choose_turn(loaded.thread.message.record, previous_reply=loaded.previous,
+                         conversation=loaded.conversation, settings_record=loaded.settings_record,
+                         defaults=settings.defaults)
     if choice.model is None:
         raise GelbridgeError("no model chosen: the message, conversation and settings name none and "
                              "the operator set no [defaults] model")
-    provider, model_id = choice.model.provider, choice.model.id
+    provider = choice.model.provider
     if deps.check_provider and provider not in settings.providers:
-        err = GelbridgeError(f"model provider {provider!r} is not configured on this gelbridge")
-        err.kind = "invalid_request"
-        raise err
-    state.model = ModelRef(provider=provider, id=model_id)
+        raise GelbridgeError(f"model provider {provider!r} is not configured on this gelbridge",
+                             kind="invalid_request")
+    state.model = target = ModelRef(provider=provider, id=choice.model.id)
     state.effort = choice.effort
+    return choice, target
 
-    registry = deps.registry
-    tools: list[Any] = []
-    native = native_tool_specs(settings, choice.tools)  # run by the provider: not in the registry
-    if registry is not None and choice.tools:
-        tools, unknown = registry.select(choice.tools)
-        unknown = [n for n in unknown if n not in {t.name for t in native}]
-        if unknown:
-            log.info("reply %s: %d requested tool(s) not offered here", ask.reply_rkey, len(unknown))
-            state.diagnostics += [Diagnostic(f"tools.{name}", ConversionStatus.UNSUPPORTED, "tool not offered here")
-                                  for name in unknown]
 
-    offered = {t.name for t in tools}
+@dataclass(frozen=True)
+class _Toolbox:
+    """The tools a turn offers the model: the registry's (``sources``: each one's
+    ``toolCallPart.source``) and the provider-run ones (``native``)."""
 
-    def approval_needed(name: str) -> bool:
+    registry: ToolRegistry | None
+    tools: list[Tool]
+    native: list[LuxTool]
+    offered: frozenset[str]
+    sources: dict[str, str]
+
+    @classmethod
+    def of(cls, deps: TurnDeps, ask: Ask, names: list[str], state: TurnState) -> _Toolbox:
+        """The tools ``names`` asks for; those not offered here are reported in ``state``."""
+        registry = deps.registry
+        tools: list[Tool] = []
+        native = native_tool_specs(deps.settings, names)  # run by the provider: not in the registry
+        if registry is not None and names:
+            tools, unknown = registry.select(names)
+            unknown = [n for n in unknown if n not in {t.name for t in native}]
+            if unknown:
+                log.info("reply %s: %d requested tool(s) not offered here", ask.reply_rkey, len(unknown))
+                state.diagnostics += [Diagnostic(f"tools.{name}", ConversionStatus.UNSUPPORTED,
+                                                 "tool not offered here") for name in unknown]
+        return cls(registry, tools, native, frozenset(t.name for t in tools), {t.name: t.source for t in tools})
+
+    def needs_approval(self, name: str) -> bool:
         # a tool not offered in this turn never runs on the model's say-so alone
-        return True if registry is None or name not in offered else needs_approval(name, registry)
+        return True if self.registry is None or name not in self.offered else needs_approval(name, self.registry)
 
-    sources = {t.name: t.source for t in tools}
-    journal_key = _journal_key(deps, ask.key_id)
-    blobs = await _blobs_for(deps, opened, key_ids)
-    history_ids: set[str] = set()
-    for m in opened:
-        history_ids |= call_ids_in(m.content.parts)
+    def specs(self) -> list[Any]:
+        return [t.spec() for t in self.tools] + self.native
 
-    # a reply resumed after a crash that already holds tool calls continues from them
-    point = _stored_resume_point(deps, job)
-    parts: list[Part] = []
-    steps_done = 0
-    if point is not None:
+
+@dataclass(frozen=True)
+class _Start:
+    """Where a turn's model steps begin: the reply's parts so far and the step to ask."""
+
+    parts: list[Part]
+    step: int = 0
+
+
+@dataclass(frozen=True)
+class _Shared:
+    """What the steps of one turn share as they map the model's answers: the call ids
+    taken and the urls cited so far in the reply (both grow)."""
+
+    call_ids: CallIds
+    seen_urls: set[str]
+
+
+@dataclass(frozen=True)
+class _Turn:
+    """One turn once loaded, in phases. The turn's knowledge so far lives in ``state``
+    only; everything here is fixed for the turn (``provider``/``model`` is the request's
+    target, whose modelRef ``state.model`` names)."""
+
+    deps: TurnDeps
+    job: TurnJob
+    state: TurnState
+    timer: _Timer
+    loaded: _Loaded
+    choice: TurnChoice
+    provider: str
+    model: str
+    toolbox: _Toolbox
+    tool_specs: list[Any]
+    journal_key: str | None
+    blobs: dict[str, bytes]
+    options: Options
+    cache_key: str | None
+    max_steps: int
+
+    @classmethod
+    async def prepare(cls, deps: TurnDeps, job: TurnJob, state: TurnState, timer: _Timer) -> _Turn:
+        """Load and open the thread, choose model, tools and effort, open the files it sends."""
+        ask, settings = job.ask, deps.settings
+        _refuse_plain(settings, ask)
+        loaded = await _load(deps, ask)
+        choice, target = _choose(deps, loaded, state)
+        toolbox = _Toolbox.of(deps, ask, choice.tools, state)
+        journal_key = _journal_key(deps, ask.key_id)
+        blobs = await _blobs_for(deps, loaded.opened, loaded.key_ids)
+        d = settings.defaults
+        # sealed conversations only: the key is derived from their sealing key (plain ones have none to hide)
+        cache_key = (prompt_cache_key(deps.keyring[ask.key_id], deps.did, ask.conversation)
+                     if ask.key_id is not None and ask.key_id in deps.keyring else None)
+        return cls(deps, job, state, timer, loaded, choice, target.provider, target.id, toolbox, toolbox.specs(),
+                   journal_key, blobs,
+                   Options(stream=deps.stream, max_output_tokens=d.max_output_tokens, temperature=d.temperature),
+                   cache_key, max(1, settings.tools_settings.max_steps))
+
+    # --- before the first step: a resumed reply, or approval answers ---
+
+    async def begin(self) -> _Start | ReplyStatus:
+        """Where the steps start: a reply resumed after a crash that already holds tool
+        calls continues from them; otherwise the reply starts with the parent's waiting
+        calls, decided. A status when the turn ends here (calls still waiting)."""
+        point = _stored_resume_point(self.deps, self.job)
+        if point is None:
+            return _Start(await self._answer_approvals())
         log.info("reply %s: resuming after %d tool step(s) (%d call(s) without a result)",
-                 ask.reply_rkey, point.steps, len(point.to_run) + len(point.denied))
-        parts, still_waiting = await _resume_calls(deps, job, point, journal_key)
-        steps_done = point.steps
-        state.parts = parts
+                 self.job.ask.reply_rkey, point.steps, len(point.to_run) + len(point.denied))
+        self.state.parts, still_waiting = await _resume_calls(self.deps, self.job, point, self.journal_key)
         if still_waiting:
             return ReplyStatus.AWAITING_APPROVAL
+        return _Start(self.state.parts, point.steps)
 
-    # approval answers (§5): the reply starts with the waiting calls, decided and answered
-    parent = thread.parent_reply
-    answers = approval_answers(opened[-1].content.parts)
-    ignored = list(answers) if point is None else []  # unless a waiting call takes them
-    if parent is not None and point is None:
-        parent_parts = opened[-2].content.parts
-        waiting, asked_at = await _waiting_asked_here(deps, job, parent.rkey, waiting_calls(parent_parts))
-        if waiting:
-            outcome = resolve_approvals(
-                waiting, answers,
-                answered_at=_ts(await deps.calls().answered_at(ask.reply_rkey)) or _now(),
-                asked_at=_ts(asked_at), now=_ts(await deps.calls().decided_at(ask.reply_rkey)) or _now(),
-                ttl=settings.tools_settings.approval_ttl,
-            )
-            ignored = [i.answer for i in outcome.ignored if i.why == "not_waiting"]
-            approved = [ToolCall(c.call_id, c.tool, c.input, approved=True) for c in outcome.approved]
-            if approved:  # this reply now holds them: a resumed turn may answer them
-                await deps.store.add_calls(deps.did, ask.reply_rkey, [_digest(c) for c in approved])
-            results = await _run_tools(deps, job, approved, journal_key)
-            parts = repeated_call_parts(outcome, results, parent_parts=parent_parts)
-    if ignored:  # count only: the call ids come from sealed content
-        log.warning("reply %s: ignored %d approval answer(s) for calls not waiting in the parent",
-                    ask.reply_rkey, len(ignored))
-        state.diagnostics.append(Diagnostic(f"{ask.message_rkey}.approval", ConversionStatus.DEGRADED,
-                                            f"{len(ignored)} answer(s) for calls not waiting in the parent ignored"))
+    async def _answer_approvals(self) -> list[Part]:
+        """Approval answers (§5): the parent's waiting calls this gelbridge asked about,
+        decided, the approved ones run. Returns the parts the reply starts with."""
+        ask, opened = self.job.ask, self.loaded.opened
+        answers = approval_answers(opened[-1].content.parts)
+        ignored = list(answers)  # unless a waiting call takes them
+        parts: list[Part] = []
+        parent = self.loaded.thread.parent_reply
+        if parent is not None:
+            parent_parts = opened[-2].content.parts
+            waiting, asked_at = await _waiting_asked_here(self.deps, self.job, parent.rkey, waiting_calls(parent_parts))
+            if waiting:
+                outcome = await self._decide(waiting, answers, asked_at)
+                ignored = [i.answer for i in outcome.ignored if i.why == "not_waiting"]
+                parts = await self._run_approved(outcome, parent_parts)
+        if ignored:  # count only: the call ids come from sealed content
+            log.warning("reply %s: ignored %d approval answer(s) for calls not waiting in the parent",
+                        ask.reply_rkey, len(ignored))
+            self.state.diagnostics.append(Diagnostic(
+                f"{ask.message_rkey}.approval", ConversionStatus.DEGRADED,
+                f"{len(ignored)} answer(s) for calls not waiting in the parent ignored"))
+        return parts
 
-    call_ids = CallIds(ask.reply_rkey, history_ids | call_ids_in(parts))
-    seen_urls: set[str] = {p.url for p in parts if type(p) is SourcePart}
-    d = settings.defaults
-    options = Options(stream=deps.stream, max_output_tokens=d.max_output_tokens, temperature=d.temperature)
-    max_steps = max(1, settings.tools_settings.max_steps)
-    tool_specs: list[Any] = [t.spec() for t in tools] + native
-    usage_total: list[Usage] = []
-
-    # sealed conversations only: the key is derived from their sealing key (plain ones have none to hide)
-    cache_key = (prompt_cache_key(deps.keyring[ask.key_id], deps.did, ask.conversation)
-                 if ask.key_id is not None and ask.key_id in deps.keyring else None)
-    for step in range(min(steps_done, max_steps), max_steps + 1):
-        state.steps = step + 1
-        conv = build_request(
-            opened, provider=provider, model=model_id, choice=choice, instructions=d.instructions,
-            conversation_instructions=conv_instructions,
-            tool_specs=tool_specs if step < max_steps else (),
-            options=options, blobs=blobs, reply_prefix=parts,
-            cache_key=cache_key,
+    async def _decide(self, waiting: list[WaitingCall], answers: list[ApprovalAnswer],
+                      asked_at: float | None) -> ApprovalOutcome:
+        calls, rkey = self.deps.calls(), self.job.ask.reply_rkey
+        return resolve_approvals(
+            waiting, answers,
+            answered_at=_ts(await calls.answered_at(rkey)) or _now(),
+            asked_at=_ts(asked_at), now=_ts(await calls.decided_at(rkey)) or _now(),
+            ttl=self.deps.settings.tools_settings.approval_ttl,
         )
-        acc = StreamAccumulator(provider=provider, model=model_id)
-        prefix = list(parts)
-        budget = job.writer.content_budget
-        size = _StreamSize(min(size_bound(prefix), budget), budget)
 
-        def partial_parts(acc: StreamAccumulator = acc, prefix: list[Part] = prefix) -> list[Part]:
-            draft = response_to_parts(
-                acc.result(), provider=provider, model=model_id, needs_approval=approval_needed,
-                call_ids=CallIds(ask.reply_rkey, call_ids.used), sources=sources,
-                seen_urls=set(seen_urls), max_parts=max(0, MAX_PARTS - len(prefix)),
-            )
-            return prefix + _cut_calls(draft.parts)
+    async def _run_approved(self, outcome: ApprovalOutcome, parent_parts: list[Part]) -> list[Part]:
+        """Run the approved calls (at most once); the parent's calls repeated with their answers."""
+        approved = [ToolCall(c.call_id, c.tool, c.input, approved=True) for c in outcome.approved]
+        if approved:  # this reply now holds them: a resumed turn may answer them
+            await self.deps.store.add_calls(self.deps.did, self.job.ask.reply_rkey, [_digest(c) for c in approved])
+        results = await _run_tools(self.deps, self.job, approved, self.journal_key)
+        return repeated_call_parts(outcome, results, parent_parts=parent_parts)
 
-        def on_event(ev: Any, acc: StreamAccumulator = acc, size: _StreamSize = size,
-                     partial_parts: Callable[[], list[Part]] = partial_parts) -> None:
-            acc.feed(ev)
-            if size.grew(ev) and content_bytes(partial_parts()) > size.budget:
-                raise _ReplyFull  # stop reading: the rest could not be written anyway
-            job.writer.maybe_progress(partial_parts)
+    # --- the model steps ---
 
-        state.partial = partial_parts
-        state.streaming = acc
+    async def steps(self, start: _Start) -> ReplyStatus:
+        """Ask the model, run the calls it makes, ask again with their results: until it
+        answers without a call, a call waits for approval, the reply is full, or
+        ``[tools] max_steps`` steps are done (the last one offers no tools)."""
+        parts = start.parts
+        shared = _Shared(CallIds(self.job.ask.reply_rkey, self.history_ids() | call_ids_in(parts)),
+                         {p.url for p in parts if type(p) is SourcePart})
+        for step in range(min(start.step, self.max_steps), self.max_steps + 1):
+            status = await self._step(step, parts, shared)
+            if status is not None:
+                return status
+            parts = self.state.parts
+        return ReplyStatus.COMPLETE
+
+    def history_ids(self) -> set[str]:
+        """The call ids in the thread's messages (a generated id must be new)."""
+        ids: set[str] = set()
+        for m in self.loaded.opened:
+            ids |= call_ids_in(m.content.parts)
+        return ids
+
+    async def _step(self, step: int, prefix: list[Part], shared: _Shared) -> ReplyStatus | None:
+        """One model step after the reply's ``prefix``: its answer is kept as far as it
+        fits, then its calls run. The turn's status when this step ends it."""
+        self.state.steps = step + 1
+        stream = _Stream(self, prefix, shared)
+        response, full = await self._ask(self._request(step, prefix), stream)
+        draft, cut = self._keep(response, full, prefix, shared)
+        if full or cut:
+            log.warning("reply %s: the answer outgrew one record (%d bytes of content allowed); cut there, "
+                        "finishReason length", self.job.ask.reply_rkey, self.job.writer.content_budget)
+            self.state.finish = "length"
+            return ReplyStatus.COMPLETE
+        return await self._run_calls(draft)
+
+    def _request(self, step: int, prefix: list[Part]) -> Converted[LuxRequest]:
+        return build_request(
+            self.loaded.opened, provider=self.provider, model=self.model, choice=self.choice,
+            instructions=self.deps.settings.defaults.instructions,
+            conversation_instructions=self.loaded.instructions,
+            tool_specs=self.tool_specs if step < self.max_steps else (),
+            options=self.options, blobs=self.blobs, reply_prefix=prefix,
+            cache_key=self.cache_key,
+        )
+
+    def map(self, response: LuxResponse, call_ids: CallIds, seen_urls: set[str], after: int) -> ReplyDraft:
+        """The parts of ``response``, coming after ``after`` parts of the reply."""
+        return response_to_parts(
+            response, provider=self.provider, model=self.model, needs_approval=self.toolbox.needs_approval,
+            call_ids=call_ids, sources=self.toolbox.sources, seen_urls=seen_urls,
+            max_parts=max(0, MAX_PARTS - after),
+        )
+
+    async def _ask(self, conv: Converted[LuxRequest], stream: _Stream) -> tuple[LuxResponse, bool]:
+        """One model call, streamed into ``stream``: its response, and whether reading
+        stopped because the answer outgrew the record."""
+        state = self.state
+        state.partial = stream.parts
+        state.streaming = stream.acc
         state.request_diagnostics = list(conv.diagnostics)
         t0 = time.perf_counter()
         try:
-            result = await deps.model.complete(conv.value, provider=provider, stream=deps.stream,
-                                               on_event=on_event if deps.stream else None)
-            response: LuxResponse = result.response
-            state.diagnostics += result.diagnostics
-            full = False
+            result = await self.deps.model.complete(conv.value, provider=self.provider, stream=self.deps.stream,
+                                                    on_event=stream.on_event if self.deps.stream else None)
         except _ReplyFull:
-            response, full = acc.result(), True
+            return stream.acc.result(), True
         except GelbridgeError as e:  # what the failed call lost on the way (gelbridge reply prints it)
             state.diagnostics += e.diagnostics
             raise
         finally:
-            timer.model_ms += (time.perf_counter() - t0) * 1000
+            self.timer.model_ms += (time.perf_counter() - t0) * 1000
+        state.diagnostics += result.diagnostics
+        return result.response, False
+
+    def _keep(self, response: LuxResponse, full: bool, prefix: list[Part],
+              shared: _Shared) -> tuple[ReplyDraft, bool]:
+        """The step's answer into ``state``: its parts after ``prefix`` as far as they fit
+        the record (a step cut short runs no call), its usage, finish reason and losses.
+        Returns its draft and whether the parts were cut."""
+        state = self.state
         state.streaming = None  # kept on failure: its usage is billed (run_turn)
-        draft = response_to_parts(
-            response, provider=provider, model=model_id, needs_approval=approval_needed,
-            call_ids=call_ids, sources=sources, seen_urls=seen_urls,
-            max_parts=max(0, MAX_PARTS - len(parts)),
-        )
+        draft = self.map(response, shared.call_ids, shared.seen_urls, len(prefix))
         state.diagnostics += draft.diagnostics  # what the reply could not keep (left-out citations...)
-        if draft.usage is not None:
-            usage_total.append(draft.usage)
+        state.add_usage(draft.usage)
         state.cache.add(response.usage)
-        state.usage = _sum_usage(usage_total) if usage_total else None
-        step_parts = _cut_calls(draft.parts) if full else draft.parts  # a cut step runs no call
-        fitted, cut = fit_parts(parts + step_parts, budget)
+        step_parts = _cut_calls(draft.parts) if full else draft.parts
+        state.parts, cut = fit_parts(prefix + step_parts, self.job.writer.content_budget)
         state.partial = None
-        state.parts = parts = fitted
         state.finish = draft.finish_reason
-        if full or cut:
-            log.warning("reply %s: the answer outgrew one record (%d bytes of content allowed); cut there, "
-                        "finishReason length", ask.reply_rkey, budget)
-            state.finish = "length"
-            return ReplyStatus.COMPLETE
+        return draft, cut
+
+    async def _run_calls(self, draft: ReplyDraft) -> ReplyStatus | None:
+        """Run the step's calls that need no approval, their results after them. The
+        turn's status when it ends here, None when the model is to be asked again."""
+        ask, state, writer = self.job.ask, self.state, self.job.writer
         runnable = [ToolCall(c.call_id, c.tool, c.input) for c in draft.runnable_calls]
         if runnable:
-            if job.writer.can_write_parts:  # durable before any call begins (worker.resume)
-                await deps.store.add_calls(deps.did, ask.reply_rkey,
-                                     [_digest(p) for p in draft.parts if type(p) is ToolCallPart])
-                await job.writer.checkpoint(parts)
-            results = await _run_tools(deps, job, runnable, journal_key)
-            parts, cut = fit_parts(with_results(parts, results), budget)
-            state.parts = parts
+            if writer.can_write_parts:  # durable before any call begins (worker.resume)
+                await self.deps.store.add_calls(self.deps.did, ask.reply_rkey,
+                                                [_digest(p) for p in draft.parts if type(p) is ToolCallPart])
+                await writer.checkpoint(state.parts)
+            results = await _run_tools(self.deps, self.job, runnable, self.journal_key)
+            state.parts, cut = fit_parts(with_results(state.parts, results), writer.content_budget)
             if cut:  # tool results outgrew the record: no further step could be written
                 log.warning("reply %s: tool results outgrew one record; cut there, finishReason length",
                             ask.reply_rkey)
@@ -733,9 +918,37 @@ async def answer(deps: TurnDeps, job: TurnJob, state: TurnState, timer: _Timer) 
             return ReplyStatus.AWAITING_APPROVAL
         if not runnable and not draft.answered_calls:  # a call answered in the mapping: the model sees why
             return ReplyStatus.COMPLETE
-        if len(parts) >= MAX_PARTS:
+        if len(state.parts) >= MAX_PARTS:
             return ReplyStatus.COMPLETE
-    return ReplyStatus.COMPLETE
+        return None
+
+
+class _Stream:
+    """The model step in flight: its events accumulated, and the reply's parts as they
+    stand now (``parts``: for progress writes and the size check; it takes no call id)."""
+
+    __slots__ = ("turn", "writer", "acc", "prefix", "size", "shared")
+
+    def __init__(self, turn: _Turn, prefix: list[Part], shared: _Shared) -> None:
+        self.turn = turn
+        self.writer = turn.job.writer
+        self.acc = StreamAccumulator(provider=turn.provider, model=turn.model)
+        self.prefix = list(prefix)
+        budget = self.writer.content_budget
+        self.size = _StreamSize(min(size_bound(self.prefix), budget), budget)
+        self.shared = shared
+
+    def parts(self) -> list[Part]:
+        shared = self.shared
+        draft = self.turn.map(self.acc.result(), CallIds(self.turn.job.ask.reply_rkey, shared.call_ids.used),
+                              set(shared.seen_urls), len(self.prefix))
+        return self.prefix + _cut_calls(draft.parts)
+
+    def on_event(self, ev: Any) -> None:
+        self.acc.feed(ev)
+        if self.size.grew(ev) and content_bytes(self.parts()) > self.size.budget:
+            raise _ReplyFull  # stop reading: the rest could not be written anyway
+        self.writer.maybe_progress(self.parts)
 
 
 class _ReplyFull(Exception):
@@ -803,138 +1016,133 @@ async def run_turn(deps: TurnDeps, job: TurnJob) -> TurnReport:
     start = time.monotonic()
     job.started_at = start
     queue_ms = max(0.0, (start - job.received_at) * 1000)
-    timer = _Timer()
-    state = TurnState()
-    status = ReplyStatus.ERROR
-    error_kind: str | None = None
-    writer = job.writer
-    cancelled: asyncio.CancelledError | None = None
-
-    def current_parts() -> list[Part]:
-        partial = state.partial
-        if partial is not None:
-            try:
-                return partial()
-            except Exception:  # noqa: BLE001 - best effort: keep what is certain
-                pass
-        return list(state.parts or [])
-
-    def usage_so_far() -> Usage | None:
-        """The usage of the finished steps plus what the step in flight reported."""
-        steps = [u for u in (state.usage,) if u is not None]
-        acc = state.streaming
-        if acc is not None:
-            try:
-                live = map_usage(acc.result().usage)
-            except Exception:  # noqa: BLE001 - best effort
-                live = None
-            if live is not None:
-                steps.append(live)
-        return _sum_usage(steps) if steps else None
-
-    error: ReplyError | None = None
+    timer, state, writer = _Timer(), TurnState(), job.writer
     reads_token = start_reads(timer.reads)
-    deadline = deps.settings.worker.turn_deadline
-    turn_clock = asyncio.timeout(deadline)
     try:
-        async with turn_clock:
-            status = await answer(deps, job, state, timer)
-        parts = list(state.parts)
-    except asyncio.CancelledError as e:
-        cancelled = e
-        parts = current_parts()
-        if job.cancel_reason == "superseded":
-            status = ReplyStatus.CANCELLED
-        else:
-            status, error_kind = ReplyStatus.ERROR, "interrupted"
-            error = ReplyError(kind="interrupted", message=error_message("interrupted"))
-    except ClaimConflict:
+        ending = await _answer_to_ending(deps, job, state, timer)
+    except (ClaimConflict, LeaseLost) as e:
         stop_reads(reads_token)
-        log.warning("reply %s was taken over by someone else; dropping this turn", job.ask.reply_rkey)
-        return TurnReport(TurnOutcome.LOST, await mark_lost(deps.store, deps.did, writer),
+        lost_kind = await _lost_before_final(deps, job, e)
+        return TurnReport(TurnOutcome.LOST, lost_kind,
                           await _timing(deps, job, TurnOutcome.LOST, queue_ms, start, timer, state.cache), state.steps,
                           writer.progress_writes, writer.points, output_tokens=state.cache.output)
-    except LeaseLost:
-        stop_reads(reads_token)
-        log.warning("reply %s: this worker lost the account's lease; the worker that takes it over finishes it",
-                    job.ask.reply_rkey)
-        return TurnReport(TurnOutcome.LOST, LeaseLost.kind,
-                          await _timing(deps, job, TurnOutcome.LOST, queue_ms, start, timer, state.cache), state.steps,
-                          writer.progress_writes, writer.points, output_tokens=state.cache.output)
-    except Exception as e:  # noqa: BLE001 - every failure after the claim becomes an error reply
-        parts = current_parts()
-        if isinstance(e, TimeoutError) and turn_clock.expired():
-            error_kind, msg = "timeout", error_message("timeout", detail=(
-                f"the reply took longer than gelbridge's turn deadline ({deadline:g} s, [worker] turn_deadline)"))
-        else:
-            error_kind, msg = _error_of(e)
-        status = ReplyStatus.ERROR
-        error = ReplyError(kind=error_kind, message=msg)
-        log.warning("reply %s failed: %s (%s)", job.ask.reply_rkey, error_kind, failure_of(e))
-        if not isinstance(e, GelbridgeError):
-            log.info("reply %s: %s", job.ask.reply_rkey, where_it_failed(e))
     stop_reads(reads_token)
-
-    # every ending says what is known: the model (once chosen), the effort applied, the
-    # usage billed so far, and a finish reason ("error" for an error)
-    usage = usage_so_far()
-    finish = "error" if status == ReplyStatus.ERROR else map_finish_reason(state.finish)
-    try:
-        if not writer.can_write_parts:
-            parts = []
-        parts, cut = fit_parts(parts, writer.content_budget)
-        if cut and status == ReplyStatus.COMPLETE:
-            finish = "length"
-        if status == ReplyStatus.AWAITING_APPROVAL:  # before the write: only these may run on approval
-            await deps.store.add_calls(deps.did, job.ask.reply_rkey,
-                                 [_digest(p) for p in waiting_call_parts(parts)], waiting=True)
-        final = writer.final(
-            parts,
-            status=status,
-            model=state.model,
-            effort=state.effort,
-            usage=usage,
-            finish_reason=finish,
-            error=error,
-        )
-        if cancelled is not None:
-            await asyncio.wait_for(asyncio.shield(asyncio.ensure_future(final)), timeout=15)
-        else:
-            await final
-        await deps.store.update_claim_status(deps.did, job.ask.reply_rkey, status, error_kind)
-        outcome = TurnOutcome(status)
-    except ClaimConflict:
-        # Someone else changed the reply since our last write (and, in a fleet, finished
-        # or deleted it): it is theirs now. The claim says so (mark_lost).
-        log.warning("reply %s was taken over by someone else before the final write", job.ask.reply_rkey)
-        error_kind = await mark_lost(deps.store, deps.did, writer)
-        outcome = TurnOutcome.LOST
-    except LeaseLost:  # nothing more is written: the claim stays open for the lease's new holder
-        log.warning("reply %s: this worker lost the account's lease before the final write; the worker that "
-                    "takes it over finishes it", job.ask.reply_rkey)
-        error_kind = LeaseLost.kind
-        outcome = TurnOutcome.LOST
-    except Exception as e:  # noqa: BLE001 - the final write failed
-        if is_refused_write(e):  # never retried: the model is not asked again either
-            log.error("final write of %s was refused (%s); writing a minimal error reply instead",
-                      job.ask.reply_rkey, type(e).__name__)
-            outcome, error_kind = await write_refused_reply(deps, writer, job.ask.reply_rkey, model=state.model,
-                                                          effort=state.effort, usage=usage)
-        else:  # leave the claim unfinished: recovery finishes it
-            log.error("final write of %s failed (%s); it stays claimed and is finished on restart",
-                      job.ask.reply_rkey, type(e).__name__)
-            error_kind = "write_failed"
-            outcome = TurnOutcome.UNFINISHED
+    outcome, error_kind = await _finish(deps, job, state, ending)
     if error_kind is not None:
         try:
             await deps.store.record_error(_label(error_kind), account=deps.did, record_key=job.ask.reply_rkey, where="turn")
         except Exception:  # noqa: BLE001
             pass
     timing = await _timing(deps, job, outcome, queue_ms, start, timer, state.cache)
-    if cancelled is not None:
-        raise cancelled
+    if ending.cancelled is not None:
+        raise ending.cancelled
     return TurnReport(outcome, error_kind, timing, state.steps, writer.progress_writes, writer.points,
                       state.diagnostics + state.request_diagnostics, output_tokens=state.cache.output)
+
+
+@dataclass(frozen=True)
+class _Ending:
+    """How a turn ended before its final write: the status and parts to write, the
+    error (if any), and a cancellation to re-raise once the reply is written."""
+
+    status: ReplyStatus
+    parts: list[Part]
+    error: ReplyError | None = None
+    cancelled: asyncio.CancelledError | None = None
+
+    @property
+    def error_kind(self) -> str | None:
+        return self.error.kind if self.error is not None else None
+
+
+async def _answer_to_ending(deps: TurnDeps, job: TurnJob, state: TurnState, timer: _Timer) -> _Ending:
+    """:func:`answer` within the turn deadline. Every failure becomes an error ending,
+    except the reply or the lease lost (raised: nothing more is written)."""
+    deadline = deps.settings.worker.turn_deadline
+    turn_clock = asyncio.timeout(deadline)
+    try:
+        async with turn_clock:
+            status = await answer(deps, job, state, timer)
+    except asyncio.CancelledError as e:
+        parts = state.parts_so_far()
+        if job.cancel_reason == "superseded":
+            return _Ending(ReplyStatus.CANCELLED, parts, cancelled=e)
+        return _Ending(ReplyStatus.ERROR, parts, ReplyError(kind="interrupted", message=error_message("interrupted")),
+                       cancelled=e)
+    except (ClaimConflict, LeaseLost):
+        raise
+    except Exception as e:  # noqa: BLE001 - every failure after the claim becomes an error reply
+        parts = state.parts_so_far()
+        if isinstance(e, TimeoutError) and turn_clock.expired():
+            error_kind, msg = "timeout", error_message("timeout", detail=(
+                f"the reply took longer than gelbridge's turn deadline ({deadline:g} s, [worker] turn_deadline)"))
+        else:
+            error_kind, msg = _error_of(e)
+        error = ReplyError(kind=error_kind, message=msg)
+        log.warning("reply %s failed: %s (%s)", job.ask.reply_rkey, error_kind, failure_of(e))
+        if not isinstance(e, GelbridgeError):
+            log.info("reply %s: %s", job.ask.reply_rkey, where_it_failed(e))
+        return _Ending(ReplyStatus.ERROR, parts, error)
+    return _Ending(status, list(state.parts))
+
+
+async def _lost_before_final(deps: TurnDeps, job: TurnJob, e: ClaimConflict | LeaseLost) -> str:
+    """The error kind of a turn whose reply (``ClaimConflict``) or lease was lost."""
+    if isinstance(e, ClaimConflict):
+        log.warning("reply %s was taken over by someone else; dropping this turn", job.ask.reply_rkey)
+        return await mark_lost(deps.store, deps.did, job.writer)
+    log.warning("reply %s: this worker lost the account's lease; the worker that takes it over finishes it",
+                job.ask.reply_rkey)
+    return LeaseLost.kind
+
+
+async def _finish(deps: TurnDeps, job: TurnJob, state: TurnState, ending: _Ending) -> tuple[TurnOutcome, str | None]:
+    """Write the final reply of ``ending``; its outcome and the error kind to report.
+    Every ending says what is known: the model (once chosen), the effort applied, the
+    usage billed so far, and a finish reason ("error" for an error)."""
+    writer = job.writer
+    usage = state.usage_so_far()
+    finish = "error" if ending.status == ReplyStatus.ERROR else map_finish_reason(state.finish)
+    try:
+        await _write_final(deps, job, state, ending, usage, finish)
+    except ClaimConflict:
+        # Someone else changed the reply since our last write (and, in a fleet, finished
+        # or deleted it): it is theirs now. The claim says so (mark_lost).
+        log.warning("reply %s was taken over by someone else before the final write", job.ask.reply_rkey)
+        return TurnOutcome.LOST, await mark_lost(deps.store, deps.did, writer)
+    except LeaseLost:  # nothing more is written: the claim stays open for the lease's new holder
+        log.warning("reply %s: this worker lost the account's lease before the final write; the worker that "
+                    "takes it over finishes it", job.ask.reply_rkey)
+        return TurnOutcome.LOST, LeaseLost.kind
+    except Exception as e:  # noqa: BLE001 - the final write failed
+        if is_refused_write(e):  # never retried: the model is not asked again either
+            log.error("final write of %s was refused (%s); writing a minimal error reply instead",
+                      job.ask.reply_rkey, type(e).__name__)
+            return await write_refused_reply(deps, writer, job.ask.reply_rkey, model=state.model,
+                                             effort=state.effort, usage=usage)
+        # leave the claim unfinished: recovery finishes it
+        log.error("final write of %s failed (%s); it stays claimed and is finished on restart",
+                  job.ask.reply_rkey, type(e).__name__)
+        return TurnOutcome.UNFINISHED, "write_failed"
+    return TurnOutcome(ending.status), ending.error_kind
+
+
+async def _write_final(deps: TurnDeps, job: TurnJob, state: TurnState, ending: _Ending, usage: Usage | None,
+                       finish: str | None) -> None:
+    writer, status = job.writer, ending.status
+    parts, cut = fit_parts(ending.parts if writer.can_write_parts else [], writer.content_budget)
+    if cut and status == ReplyStatus.COMPLETE:
+        finish = "length"
+    if status == ReplyStatus.AWAITING_APPROVAL:  # before the write: only these may run on approval
+        await deps.store.add_calls(deps.did, job.ask.reply_rkey,
+                                   [_digest(p) for p in waiting_call_parts(parts)], waiting=True)
+    final = writer.final(parts, status=status, model=state.model, effort=state.effort, usage=usage,
+                         finish_reason=finish, error=ending.error)
+    if ending.cancelled is not None:
+        await asyncio.wait_for(asyncio.shield(asyncio.ensure_future(final)), timeout=15)
+    else:
+        await final
+    await deps.store.update_claim_status(deps.did, job.ask.reply_rkey, status, ending.error_kind)
 
 
 WRITE_REFUSED = "write_refused"
