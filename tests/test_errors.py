@@ -60,3 +60,13 @@ def test_at_fills_only_what_the_fault_lacks() -> None:
 def test_every_lux_error_kind_is_a_reply_error_kind() -> None:
     assert {k.value for k in ErrorKind} <= REPLY_ERROR_KINDS
     assert {"decrypt_failed", "bad_record", "adapter_error", "tool_error", "timeout", "interrupted"} <= REPLY_ERROR_KINDS
+
+
+def test_an_errors_kind_is_given_where_it_is_raised() -> None:
+    from gelbridge._errors import ConfigError, GelbridgeError, RecordError
+
+    e = GelbridgeError("no provider 'x' here", kind="invalid_request")
+    assert e.kind == "invalid_request" and str(e) == "no provider 'x' here" and e.args == ("no provider 'x' here",)
+    assert GelbridgeError("plain").kind == "bad_record" == GelbridgeError.kind  # the class's own, unchanged
+    assert ConfigError("c").kind == "invalid_request" and RecordError("r", kind="server_error").kind == "server_error"
+    assert RecordError.kind == "bad_record"

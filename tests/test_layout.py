@@ -18,8 +18,9 @@ CROSS_CUTTING = {"integration", "fuzz", "testkit"}
 #: test folders for what is not a Python module: the built-in Lua adapters (adapters/*.lua)
 NOT_MODULES = {"adapters/builtin"}
 #: top-level test files about the package as a whole (test_docs.py: its README and docs/;
-#: test_layers.py: its import graph)
-WHOLE_PACKAGE = {"test_public_api.py", "test_layout.py", "test_docs.py", "test_layers.py"}
+#: test_layers.py: its import graph; test_function_size.py: the size of the functions of
+#: _worker/ and _mapping/)
+WHOLE_PACKAGE = {"test_public_api.py", "test_layout.py", "test_docs.py", "test_layers.py", "test_function_size.py"}
 
 
 def _module(parent: Path, name: str) -> Path | None:

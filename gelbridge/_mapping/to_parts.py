@@ -26,6 +26,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from gelbridge._mapping.provider_data import MAX_PROVIDER_DATA_BYTES, encode_provider_data
 from gelbridge._records.models import (
@@ -192,126 +193,164 @@ def response_to_parts(
     ``seen_urls``: urls already cited in this reply (shared across tool-loop steps).
     ``max_parts``: room left in the reply's parts array.
     """
-    ids = call_ids if call_ids is not None else CallIds(reply_rkey, used_call_ids)
-    cited = SourcePolicy(seen_urls if seen_urls is not None else set())
-    diags: list[Diagnostic] = []
-    parts: list[Part] = []
-    pending: list[ToolCallPart] = []
-    runnable: list[ToolCallPart] = []
-    answered: list[ToolCallPart] = []
+    mapper = _PartsMapper(provider, model, needs_approval,
+                          call_ids if call_ids is not None else CallIds(reply_rkey, used_call_ids),
+                          SourcePolicy(seen_urls if seen_urls is not None else set()), sources or {})
     msg = response.choices[0].message if response.choices else None
-    content = msg.content if msg is not None else []
+    for i, block in enumerate(msg.content if msg is not None else ()):
+        _BLOCK_MAPPERS.get(type(block), _PartsMapper.other)(mapper, i, block)
+    return mapper.draft(response, max_parts)
 
-    def tag(pd: ProviderData | None) -> ProviderData:
+
+class _PartsMapper:
+    """The parts of one response, its content blocks mapped one by one in order (one
+    method per kind of block), and what they hold: calls pending approval, calls to
+    run, calls answered here, and the diagnostics of the way."""
+
+    __slots__ = ("provider", "model", "needs_approval", "ids", "cited", "sources",
+                 "parts", "pending", "runnable", "answered", "diags")
+
+    def __init__(self, provider: str, model: str, needs_approval: Callable[[str], bool], ids: CallIds,
+                 cited: SourcePolicy, sources: Mapping[str, str]) -> None:
+        self.provider, self.model, self.needs_approval = provider, model, needs_approval
+        self.ids, self.cited, self.sources = ids, cited, sources
+        self.parts: list[Part] = []
+        self.pending: list[ToolCallPart] = []
+        self.runnable: list[ToolCallPart] = []
+        self.answered: list[ToolCallPart] = []
+        self.diags: list[Diagnostic] = []
+
+    def _tag(self, pd: ProviderData | None) -> ProviderData:
+        provider, model = self.provider, self.model
         if pd is None:
             return ProviderData(provider, model, {})
         if pd.provider == provider and pd.model != model:
             return ProviderData(provider, model, pd.data)
         return pd
 
-    def pd_string(i: int, pd: ProviderData, **kw: object) -> str | None:
-        s = encode_provider_data(pd, **kw)  # type: ignore[arg-type]
+    def _pd_string(self, i: int, pd: ProviderData | None, **kw: object) -> str | None:
+        s = encode_provider_data(self._tag(pd), **kw)  # type: ignore[arg-type]
         if utf8_len(s) > MAX_PROVIDER_DATA_BYTES:
-            diags.append(Diagnostic(f"content[{i}].provider_data", _UNSUPPORTED,
-                                    f"provider data larger than {MAX_PROVIDER_DATA_BYTES} bytes; not kept"))
+            self.diags.append(Diagnostic(f"content[{i}].provider_data", _UNSUPPORTED,
+                                         f"provider data larger than {MAX_PROVIDER_DATA_BYTES} bytes; not kept"))
             return None
         return s
 
-    for i, block in enumerate(content):
-        t = type(block)
-        if t is Thinking:
-            th: Thinking = block  # type: ignore[assignment]
-            text = th.text
-            summary = False
-            if not text and th.summary:
-                text = "\n\n".join(c.text for c in th.summary if type(c) is Text)
-                summary = bool(text)
-            opaque = th.provider_data is not None or th.signature is not None or th.redacted
-            pds = None
-            if opaque or summary:
-                pds = pd_string(i, tag(th.provider_data),
-                                signature=th.signature, redacted=th.redacted, summary=summary)
-            if not text and pds is None:
-                continue
-            chunks = split_text(text) if text else [""]
-            for k, chunk in enumerate(chunks):
-                parts.append(ReasoningPart(text=chunk or None, provider_data=pds if k == 0 else None))
-        elif t is Text or t is Refusal:
-            if t is Refusal:
-                text = block.refusal  # type: ignore[union-attr]
-                pd = None
-                diags.append(Diagnostic(f"content[{i}]", _DEGRADED, "refusal written as a text part"))
-            else:
-                text = block.text  # type: ignore[union-attr]
-                pd = block.provider_data  # type: ignore[union-attr]
-            pds = pd_string(i, tag(pd)) if pd is not None else None
-            if not text and pds is None:
-                continue
-            for k, chunk in enumerate(split_text(text)):
-                parts.append(TextPart(text=chunk, provider_data=pds if k == 0 else None))
-            for a in (block.annotations or []) if t is Text else ():  # type: ignore[union-attr]
-                sp = cited.part(a)
+    def thinking(self, i: int, th: Thinking) -> None:
+        text = th.text
+        summary = False
+        if not text and th.summary:
+            text = "\n\n".join(c.text for c in th.summary if type(c) is Text)
+            summary = bool(text)
+        pds = None
+        if th.provider_data is not None or th.signature is not None or th.redacted or summary:  # opaque state
+            pds = self._pd_string(i, th.provider_data, signature=th.signature, redacted=th.redacted, summary=summary)
+        if not text and pds is None:
+            return
+        for k, chunk in enumerate(split_text(text) if text else [""]):
+            self.parts.append(ReasoningPart(text=chunk or None, provider_data=pds if k == 0 else None))
+
+    def text(self, i: int, block: Text) -> None:
+        if self._text(i, block.text, block.provider_data):
+            for a in block.annotations or []:
+                sp = self.cited.part(a)
                 if sp is not None:
-                    parts.append(sp)
-        elif t is ToolUse:
-            tu: ToolUse = block  # type: ignore[assignment]
-            cid = ids.take(tu.id)
-            if cid != tu.id:
-                diags.append(Diagnostic(f"content[{i}].tool_use.id", _DEGRADED,
-                                        "provider call id missing, repeated or unusable; generated one"))
-            name = tu.name
-            pds = pd_string(i, tag(tu.provider_data)) if tu.provider_data else None
-            refused: str | None = None
-            if not is_tool_name(name):  # never asked about, shown or sent back: answered as unknown
-                diags.append(Diagnostic(f"content[{i}].tool_use.name", _INVALID,
-                                        "not a valid tool name (1-64 of A-Za-z0-9_-); call answered as unknown"))
-                refused, name = invalid_name_output(name), INVALID_TOOL_NAME
-            elif utf8_len(tu.arguments) > MAX_INPUT_BYTES:
-                diags.append(Diagnostic(f"content[{i}].tool_use.arguments", _INVALID,
-                                        "arguments over 200000 bytes; call answered as not run"))
-                refused = INPUT_TOO_LARGE
-            src = (sources or {}).get(name, "")
-            if refused is not None:
-                args = tu.arguments if utf8_len(tu.arguments) <= MAX_INPUT_BYTES else "{}"
-                call = ToolCallPart(call_id=cid, tool=name, input=args, source=src, provider_data=pds)
-                parts += [call, ToolResultPart(call_id=cid, output=refused, is_error=True)]
-                answered.append(call)
-                continue
-            wait = needs_approval(name)
-            call = ToolCallPart(call_id=cid, tool=name, input=tu.arguments, source=src,
-                                approval="pending" if wait else None, provider_data=pds)
-            parts.append(call)
-            (pending if wait else runnable).append(call)
-        elif t is Media:
-            diags.append(Diagnostic(f"content[{i}]", _UNSUPPORTED, "this kind of output is not stored in replies", block.kind))  # type: ignore[union-attr]
-        else:
-            diags.append(Diagnostic(f"content[{i}]", _UNSUPPORTED, "a block of a kind replies cannot hold left out", type(block).__name__))
+                    self.parts.append(sp)
 
-    diags += cited.diagnostics()
-    if len(parts) > max_parts:
-        dropped = parts[max_parts:]
-        parts = parts[:max_parts]
+    def refusal(self, i: int, block: Refusal) -> None:
+        self.diags.append(Diagnostic(f"content[{i}]", _DEGRADED, "refusal written as a text part"))
+        self._text(i, block.refusal, None)
+
+    def _text(self, i: int, text: str, pd: ProviderData | None) -> bool:
+        """Text parts of ``text`` (False: nothing to keep)."""
+        pds = self._pd_string(i, pd) if pd is not None else None
+        if not text and pds is None:
+            return False
+        for k, chunk in enumerate(split_text(text)):
+            self.parts.append(TextPart(text=chunk, provider_data=pds if k == 0 else None))
+        return True
+
+    def tool_use(self, i: int, tu: ToolUse) -> None:
+        cid = self.ids.take(tu.id)
+        if cid != tu.id:
+            self.diags.append(Diagnostic(f"content[{i}].tool_use.id", _DEGRADED,
+                                         "provider call id missing, repeated or unusable; generated one"))
+        pds = self._pd_string(i, tu.provider_data) if tu.provider_data else None
+        name, refused = self._refused(i, tu)
+        src = self.sources.get(name, "")
+        if refused is not None:
+            args = tu.arguments if utf8_len(tu.arguments) <= MAX_INPUT_BYTES else "{}"
+            call = ToolCallPart(call_id=cid, tool=name, input=args, source=src, provider_data=pds)
+            self.parts += [call, ToolResultPart(call_id=cid, output=refused, is_error=True)]
+            self.answered.append(call)
+            return
+        wait = self.needs_approval(name)
+        call = ToolCallPart(call_id=cid, tool=name, input=tu.arguments, source=src,
+                            approval="pending" if wait else None, provider_data=pds)
+        self.parts.append(call)
+        (self.pending if wait else self.runnable).append(call)
+
+    def _refused(self, i: int, tu: ToolUse) -> tuple[str, str | None]:
+        """The call's name to write, and the error result it is answered with at once
+        (None: it runs or is asked about)."""
+        if not is_tool_name(tu.name):  # never asked about, shown or sent back: answered as unknown
+            self.diags.append(Diagnostic(f"content[{i}].tool_use.name", _INVALID,
+                                         "not a valid tool name (1-64 of A-Za-z0-9_-); call answered as unknown"))
+            return INVALID_TOOL_NAME, invalid_name_output(tu.name)
+        if utf8_len(tu.arguments) > MAX_INPUT_BYTES:
+            self.diags.append(Diagnostic(f"content[{i}].tool_use.arguments", _INVALID,
+                                         "arguments over 200000 bytes; call answered as not run"))
+            return tu.name, INPUT_TOO_LARGE
+        return tu.name, None
+
+    def media(self, i: int, block: Media) -> None:
+        self.diags.append(Diagnostic(f"content[{i}]", _UNSUPPORTED, "this kind of output is not stored in replies",
+                                     block.kind))
+
+    def other(self, i: int, block: object) -> None:
+        self.diags.append(Diagnostic(f"content[{i}]", _UNSUPPORTED, "a block of a kind replies cannot hold left out",
+                                     type(block).__name__))
+
+    def draft(self, response: LuxResponse, max_parts: int) -> ReplyDraft:
+        """What the response adds to the reply: at most ``max_parts`` parts (the rest is
+        reported), the finish reason and the usage."""
+        diags = self.diags
+        diags += self.cited.diagnostics()
+        if len(self.parts) > max_parts:
+            self._drop_over(max_parts)
+        finish = map_finish_reason(response.choices[0].finish_reason if response.choices else None)
+        if finish is not None and finish not in _KNOWN_FINISH_REASONS:
+            diags.append(Diagnostic("finish_reason", _DEGRADED, f"provider finish reason {finish!r} kept as is"))
+        return ReplyDraft(
+            parts=self.parts,
+            finish_reason=finish,
+            usage=map_usage(response.usage),
+            awaiting_approval=bool(self.pending),
+            pending_calls=self.pending,
+            runnable_calls=self.runnable,
+            answered_calls=self.answered,
+            diagnostics=diags,
+        )
+
+    def _drop_over(self, max_parts: int) -> None:
+        dropped = self.parts[max_parts:]
+        self.parts = self.parts[:max_parts]
         drop_ids = {p.call_id for p in dropped if type(p) is ToolCallPart}
-        pending = [c for c in pending if c.call_id not in drop_ids]
-        runnable = [c for c in runnable if c.call_id not in drop_ids]
-        answered = [c for c in answered if c.call_id not in drop_ids]
-        diags.append(Diagnostic("parts", _INVALID,
-                                f"{len(dropped)} parts over the {MAX_PARTS}-part limit of a reply left out"))
+        self.pending = [c for c in self.pending if c.call_id not in drop_ids]
+        self.runnable = [c for c in self.runnable if c.call_id not in drop_ids]
+        self.answered = [c for c in self.answered if c.call_id not in drop_ids]
+        self.diags.append(Diagnostic("parts", _INVALID,
+                                     f"{len(dropped)} parts over the {MAX_PARTS}-part limit of a reply left out"))
 
-    fr = response.choices[0].finish_reason if response.choices else None
-    finish = map_finish_reason(fr)
-    if finish is not None and finish not in _KNOWN_FINISH_REASONS:
-        diags.append(Diagnostic("finish_reason", _DEGRADED, f"provider finish reason {finish!r} kept as is"))
-    return ReplyDraft(
-        parts=parts,
-        finish_reason=finish,
-        usage=map_usage(response.usage),
-        awaiting_approval=bool(pending),
-        pending_calls=pending,
-        runnable_calls=runnable,
-        answered_calls=answered,
-        diagnostics=diags,
-    )
+
+#: the mapping of each kind of content block (by exact type; any other kind is left out and reported)
+_BLOCK_MAPPERS: dict[type, Callable[[_PartsMapper, int, Any], None]] = {
+    Thinking: _PartsMapper.thinking,
+    Text: _PartsMapper.text,
+    Refusal: _PartsMapper.refusal,
+    ToolUse: _PartsMapper.tool_use,
+    Media: _PartsMapper.media,
+}
 
 
 def safe_source_url(url: object) -> str | None:

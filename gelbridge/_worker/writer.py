@@ -371,10 +371,8 @@ class ReplyWriter:
     def _unresolved(self, tries: int) -> GelbridgeError:
         log.error("reply %s: still no write after %d re-read(s) of its record; giving up this write",
                   self.reply_rkey, tries)
-        err = GelbridgeError(f"reply {self.reply_rkey} kept changing while gelbridge wrote it "
-                             f"({tries} re-read(s) of the record); ask again")
-        err.kind = "server_error"
-        return err
+        return GelbridgeError(f"reply {self.reply_rkey} kept changing while gelbridge wrote it "
+                              f"({tries} re-read(s) of the record); ask again", kind="server_error")
 
     def lost_claim(self) -> tuple[ReplyStatus, str] | None:
         """The claim's status and error kind for a reply this writer gave up (ClaimConflict),
