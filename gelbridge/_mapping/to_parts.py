@@ -26,7 +26,6 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 from gelbridge._mapping.provider_data import MAX_PROVIDER_DATA_BYTES, encode_provider_data
 from gelbridge._records.models import (
@@ -42,6 +41,7 @@ from gelbridge._records.models import (
 )
 from gelbridge._tools.registry import INVALID_TOOL_NAME, invalid_name_output, is_tool_name
 from gelbridge.lux import (
+    Content,
     ConversionStatus,
     Diagnostic,
     FinishReason,
@@ -198,7 +198,7 @@ def response_to_parts(
                           SourcePolicy(seen_urls if seen_urls is not None else set()), sources or {})
     msg = response.choices[0].message if response.choices else None
     for i, block in enumerate(msg.content if msg is not None else ()):
-        _BLOCK_MAPPERS.get(type(block), _PartsMapper.other)(mapper, i, block)
+        mapper.block(i, block)
     return mapper.draft(response, max_parts)
 
 
@@ -235,6 +235,22 @@ class _PartsMapper:
                                          f"provider data larger than {MAX_PROVIDER_DATA_BYTES} bytes; not kept"))
             return None
         return s
+
+    def block(self, i: int, block: Content) -> None:
+        """Map content block ``i`` by its kind (exact type); any other kind is left out
+        and reported."""
+        if type(block) is Text:
+            self.text(i, block)
+        elif type(block) is Thinking:
+            self.thinking(i, block)
+        elif type(block) is ToolUse:
+            self.tool_use(i, block)
+        elif type(block) is Refusal:
+            self.refusal(i, block)
+        elif type(block) is Media:
+            self.media(i, block)
+        else:
+            self.other(i, block)
 
     def thinking(self, i: int, th: Thinking) -> None:
         text = th.text
@@ -341,16 +357,6 @@ class _PartsMapper:
         self.answered = [c for c in self.answered if c.call_id not in drop_ids]
         self.diags.append(Diagnostic("parts", _INVALID,
                                      f"{len(dropped)} parts over the {MAX_PARTS}-part limit of a reply left out"))
-
-
-#: the mapping of each kind of content block (by exact type; any other kind is left out and reported)
-_BLOCK_MAPPERS: dict[type, Callable[[_PartsMapper, int, Any], None]] = {
-    Thinking: _PartsMapper.thinking,
-    Text: _PartsMapper.text,
-    Refusal: _PartsMapper.refusal,
-    ToolUse: _PartsMapper.tool_use,
-    Media: _PartsMapper.media,
-}
 
 
 def safe_source_url(url: object) -> str | None:

@@ -811,7 +811,7 @@ class _Turn:
         answers without a call, a call waits for approval, the reply is full, or
         ``[tools] max_steps`` steps are done (the last one offers no tools)."""
         parts = start.parts
-        shared = _Shared(CallIds(self.job.ask.reply_rkey, self.history_ids() | call_ids_in(parts)),
+        shared = _Shared(CallIds(self.job.ask.reply_rkey, self._history_ids() | call_ids_in(parts)),
                          {p.url for p in parts if type(p) is SourcePart})
         for step in range(min(start.step, self.max_steps), self.max_steps + 1):
             status = await self._step(step, parts, shared)
@@ -820,7 +820,7 @@ class _Turn:
             parts = self.state.parts
         return ReplyStatus.COMPLETE
 
-    def history_ids(self) -> set[str]:
+    def _history_ids(self) -> set[str]:
         """The call ids in the thread's messages (a generated id must be new)."""
         ids: set[str] = set()
         for m in self.loaded.opened:
@@ -851,7 +851,7 @@ class _Turn:
             cache_key=self.cache_key,
         )
 
-    def map(self, response: LuxResponse, call_ids: CallIds, seen_urls: set[str], after: int) -> ReplyDraft:
+    def parts_of(self, response: LuxResponse, call_ids: CallIds, seen_urls: set[str], after: int) -> ReplyDraft:
         """The parts of ``response``, coming after ``after`` parts of the reply."""
         return response_to_parts(
             response, provider=self.provider, model=self.model, needs_approval=self.toolbox.needs_approval,
@@ -887,7 +887,7 @@ class _Turn:
         Returns its draft and whether the parts were cut."""
         state = self.state
         state.streaming = None  # kept on failure: its usage is billed (run_turn)
-        draft = self.map(response, shared.call_ids, shared.seen_urls, len(prefix))
+        draft = self.parts_of(response, shared.call_ids, shared.seen_urls, len(prefix))
         state.diagnostics += draft.diagnostics  # what the reply could not keep (left-out citations...)
         state.add_usage(draft.usage)
         state.cache.add(response.usage)
@@ -940,7 +940,7 @@ class _Stream:
 
     def parts(self) -> list[Part]:
         shared = self.shared
-        draft = self.turn.map(self.acc.result(), CallIds(self.turn.job.ask.reply_rkey, shared.call_ids.used),
+        draft = self.turn.parts_of(self.acc.result(), CallIds(self.turn.job.ask.reply_rkey, shared.call_ids.used),
                               set(shared.seen_urls), len(self.prefix))
         return self.prefix + _cut_calls(draft.parts)
 
