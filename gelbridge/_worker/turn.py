@@ -706,7 +706,7 @@ class _Shared:
     seen_urls: set[str]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class _Turn:
     """One turn once loaded, in phases. The turn's knowledge so far lives in ``state``
     only; everything here is fixed for the turn (``provider``/``model`` is the request's
