@@ -41,7 +41,6 @@ from gelbridge._records.models import (
 )
 from gelbridge._tools.registry import INVALID_TOOL_NAME, invalid_name_output, is_tool_name
 from gelbridge.lux import (
-    Content,
     ConversionStatus,
     Diagnostic,
     FinishReason,
@@ -197,8 +196,19 @@ def response_to_parts(
                           call_ids if call_ids is not None else CallIds(reply_rkey, used_call_ids),
                           SourcePolicy(seen_urls if seen_urls is not None else set()), sources or {})
     msg = response.choices[0].message if response.choices else None
-    for i, block in enumerate(msg.content if msg is not None else ()):
-        mapper.block(i, block)
+    for i, block in enumerate(msg.content if msg is not None else ()):  # by kind (exact type)
+        if type(block) is Text:
+            mapper.text(i, block)
+        elif type(block) is Thinking:
+            mapper.thinking(i, block)
+        elif type(block) is ToolUse:
+            mapper.tool_use(i, block)
+        elif type(block) is Refusal:
+            mapper.refusal(i, block)
+        elif type(block) is Media:
+            mapper.media(i, block)
+        else:
+            mapper.other(i, block)
     return mapper.draft(response, max_parts)
 
 
@@ -235,22 +245,6 @@ class _PartsMapper:
                                          f"provider data larger than {MAX_PROVIDER_DATA_BYTES} bytes; not kept"))
             return None
         return s
-
-    def block(self, i: int, block: Content) -> None:
-        """Map content block ``i`` by its kind (exact type); any other kind is left out
-        and reported."""
-        if type(block) is Text:
-            self.text(i, block)
-        elif type(block) is Thinking:
-            self.thinking(i, block)
-        elif type(block) is ToolUse:
-            self.tool_use(i, block)
-        elif type(block) is Refusal:
-            self.refusal(i, block)
-        elif type(block) is Media:
-            self.media(i, block)
-        else:
-            self.other(i, block)
 
     def thinking(self, i: int, th: Thinking) -> None:
         text = th.text
