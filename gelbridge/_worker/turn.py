@@ -17,7 +17,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from enum import StrEnum
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 from gelbridge._config import Settings
 from gelbridge._errors import (
@@ -579,7 +579,7 @@ async def answer(deps: TurnDeps, job: TurnJob, state: TurnState, timer: _Timer) 
     return start if isinstance(start, ReplyStatus) else await turn.steps(start)
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True, eq=False)
 class _Loaded:
     """A turn's thread, opened (the plaintext stays in memory), and its side records."""
 
@@ -655,7 +655,7 @@ def _choose(deps: TurnDeps, loaded: _Loaded, state: TurnState) -> tuple[TurnChoi
     return choice, target
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True, eq=False)
 class _Toolbox:
     """The tools a turn offers the model: the registry's (``sources``: each one's
     ``toolCallPart.source``) and the provider-run ones (``native``)."""
@@ -689,7 +689,7 @@ class _Toolbox:
         return [t.spec() for t in self.tools] + self.native
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class _Start:
     """Where a turn's model steps begin: the reply's parts so far and the step to ask."""
 
@@ -697,7 +697,7 @@ class _Start:
     step: int = 0
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class _Shared:
     """What the steps of one turn share as they map the model's answers: the call ids
     taken and the urls cited so far in the reply (both grow)."""
@@ -706,7 +706,7 @@ class _Shared:
     seen_urls: set[str]
 
 
-@dataclass(frozen=True, eq=False)
+@dataclass(slots=True, eq=False)
 class _Turn:
     """One turn once loaded, in phases. The turn's knowledge so far lives in ``state``
     only; everything here is fixed for the turn (``provider``/``model`` is the request's
@@ -831,7 +831,7 @@ class _Turn:
         """One model step after the reply's ``prefix``: its answer is kept as far as it
         fits, then its calls run. The turn's status when this step ends it."""
         self.state.steps = step + 1
-        stream = _Stream(self, prefix, shared)
+        stream = _Stream.after(self, prefix, shared)
         response, full = await self._ask(self._request(step, prefix), stream)
         draft, cut = self._keep(response, full, prefix, shared)
         if full or cut:
@@ -923,32 +923,34 @@ class _Turn:
         return None
 
 
-class _Stream:
-    """The model step in flight: its events accumulated, and the reply's parts as they
-    stand now (``parts``: for progress writes and the size check; it takes no call id)."""
+class _Stream(NamedTuple):
+    """The model step in flight: its events accumulated (``acc``), the reply's parts as
+    they stand now (``parts``: for progress writes and the size check; it takes no call
+    id), and the hook every event goes through (``on_event``)."""
 
-    __slots__ = ("turn", "writer", "acc", "prefix", "size", "shared")
+    acc: StreamAccumulator
+    parts: Callable[[], list[Part]]
+    on_event: Callable[[Any], None]
 
-    def __init__(self, turn: _Turn, prefix: list[Part], shared: _Shared) -> None:
-        self.turn = turn
-        self.writer = turn.job.writer
-        self.acc = StreamAccumulator(provider=turn.provider, model=turn.model)
-        self.prefix = list(prefix)
-        budget = self.writer.content_budget
-        self.size = _StreamSize(min(size_bound(self.prefix), budget), budget)
-        self.shared = shared
+    @classmethod
+    def after(cls, turn: _Turn, prefix: list[Part], shared: _Shared) -> _Stream:
+        acc = StreamAccumulator(provider=turn.provider, model=turn.model)
+        prefix = list(prefix)
+        writer, reply_rkey = turn.job.writer, turn.job.ask.reply_rkey
+        size = _StreamSize(min(size_bound(prefix), writer.content_budget), writer.content_budget)
 
-    def parts(self) -> list[Part]:
-        shared = self.shared
-        draft = self.turn.parts_of(self.acc.result(), CallIds(self.turn.job.ask.reply_rkey, shared.call_ids.used),
-                              set(shared.seen_urls), len(self.prefix))
-        return self.prefix + _cut_calls(draft.parts)
+        def parts() -> list[Part]:
+            draft = turn.parts_of(acc.result(), CallIds(reply_rkey, shared.call_ids.used), set(shared.seen_urls),
+                                  len(prefix))
+            return prefix + _cut_calls(draft.parts)
 
-    def on_event(self, ev: Any) -> None:
-        self.acc.feed(ev)
-        if self.size.grew(ev) and content_bytes(self.parts()) > self.size.budget:
-            raise _ReplyFull  # stop reading: the rest could not be written anyway
-        self.writer.maybe_progress(self.parts)
+        def on_event(ev: Any) -> None:  # per stream event: closures, not attribute lookups
+            acc.feed(ev)
+            if size.grew(ev) and content_bytes(parts()) > size.budget:
+                raise _ReplyFull  # stop reading: the rest could not be written anyway
+            writer.maybe_progress(parts)
+
+        return cls(acc, parts, on_event)
 
 
 class _ReplyFull(Exception):
@@ -1040,7 +1042,7 @@ async def run_turn(deps: TurnDeps, job: TurnJob) -> TurnReport:
                       state.diagnostics + state.request_diagnostics, output_tokens=state.cache.output)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class _Ending:
     """How a turn ended before its final write: the status and parts to write, the
     error (if any), and a cancellation to re-raise once the reply is written."""
