@@ -579,8 +579,7 @@ async def answer(deps: TurnDeps, job: TurnJob, state: TurnState, timer: _Timer) 
     return start if isinstance(start, ReplyStatus) else await turn.steps(start)
 
 
-@dataclass(slots=True, eq=False)
-class _Loaded:
+class _Loaded(NamedTuple):
     """A turn's thread, opened (the plaintext stays in memory), and its side records."""
 
     thread: Thread
@@ -689,16 +688,14 @@ class _Toolbox:
         return [t.spec() for t in self.tools] + self.native
 
 
-@dataclass(frozen=True, eq=False)
-class _Start:
+class _Start(NamedTuple):
     """Where a turn's model steps begin: the reply's parts so far and the step to ask."""
 
     parts: list[Part]
     step: int = 0
 
 
-@dataclass(frozen=True, eq=False)
-class _Shared:
+class _Shared(NamedTuple):
     """What the steps of one turn share as they map the model's answers: the call ids
     taken and the urls cited so far in the reply (both grow)."""
 
@@ -1042,8 +1039,7 @@ async def run_turn(deps: TurnDeps, job: TurnJob) -> TurnReport:
                       state.diagnostics + state.request_diagnostics, output_tokens=state.cache.output)
 
 
-@dataclass(frozen=True, eq=False)
-class _Ending:
+class _Ending(NamedTuple):
     """How a turn ended before its final write: the status and parts to write, the
     error (if any), and a cancellation to re-raise once the reply is written."""
 
