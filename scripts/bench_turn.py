@@ -20,6 +20,12 @@ Three turns, median ms over ``--n`` turns each (interleaved in batches of 20):
 and of the working tree, alternately, each in a fresh process (``--runs``, default 3),
 and prints both with the median of their medians.
 
+``--only=NAME`` measures one of them (JSON). Run under valgrind, its instruction count
+does not move with the VM's speed: the count with ``--n=60`` less the count with
+``--n=20`` is 40 turns' worth (the warm-up and the set-up cancel out):
+``PYTHONPATH=TREE valgrind --tool=cachegrind --cache-sim=no --cachegrind-out-file=/dev/null
+.venv/bin/python scripts/bench_turn.py --only=short --n=20`` (then ``--n=60``).
+
 Run: ``.venv/bin/python scripts/bench_turn.py [--n=300] [--against=main [--runs=3]]``.
 """
 
@@ -121,7 +127,7 @@ class ScriptedModel:
         return None
 
 
-async def measure(n: int) -> dict[str, float]:
+async def measure(n: int, scenarios: tuple[str, ...] = SCENARIOS) -> dict[str, float]:
     """Median ms per turn for each scenario (whichever ``gelbridge`` is on the path)."""
     import bench_core
 
@@ -194,12 +200,12 @@ async def measure(n: int) -> dict[str, float]:
         return ms
 
     plans = scripts()
-    for name in SCENARIOS:  # warm-up: caches, the thread's opened records
+    for name in scenarios:  # warm-up: caches, the thread's opened records
         for _ in range(10):
             await one(plans[name])
-    times: dict[str, list[float]] = {name: [] for name in SCENARIOS}
+    times: dict[str, list[float]] = {name: [] for name in scenarios}
     for _ in range(max(1, n // 20)):
-        for name in SCENARIOS:
+        for name in scenarios:
             for _ in range(20):
                 times[name].append(await one(plans[name]))
     out = {name: statistics.median(v) for name, v in times.items()}
@@ -244,6 +250,7 @@ def main() -> None:
     ap.add_argument("--against")
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--child", action="store_true")
+    ap.add_argument("--only", choices=SCENARIOS, help="measure this turn only (prints JSON)")
     args = ap.parse_args()
     if args.against:
         against(args.against, args.runs, args.n)
@@ -252,8 +259,8 @@ def main() -> None:
         sys.path.insert(0, str(ROOT))
     import gelbridge
 
-    r = asyncio.run(measure(args.n))
-    print(json.dumps({"gelbridge": gelbridge.__file__, **r}) if args.child else show("tree", r))
+    r = asyncio.run(measure(args.n, (args.only,) if args.only else SCENARIOS))
+    print(json.dumps({"gelbridge": gelbridge.__file__, **r}) if args.child or args.only else show("tree", r))
 
 
 if __name__ == "__main__":
