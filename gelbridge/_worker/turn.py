@@ -751,7 +751,7 @@ class _Turn:
         calls continues from them; otherwise the reply starts with the parent's waiting
         calls, decided. A status when the turn ends here (calls still waiting)."""
         point = _stored_resume_point(self.deps, self.job)
-        if point is None:
+        if point is None:  # these parts enter state.parts with the first step's (an error before it drops them)
             return _Start(await self._answer_approvals())
         log.info("reply %s: resuming after %d tool step(s) (%d call(s) without a result)",
                  self.job.ask.reply_rkey, point.steps, len(point.to_run) + len(point.denied))
