@@ -115,6 +115,7 @@ import ssl
 import time
 from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, field, replace
+from http.cookiejar import CookieJar, DefaultCookiePolicy
 from types import TracebackType
 from typing import Any, Literal, NamedTuple
 from urllib.parse import parse_qsl, quote, urlencode, urlsplit, urlunsplit
@@ -911,6 +912,10 @@ class ProviderTransport:
             follow_redirects=False,
             transport=http_transport,
             verify=tls if tls is not None else True,
+            # no cookie is kept: a client serves every account of its configuration
+            # (gelbridge._runtime.shared), and a provider's cookie from one account's
+            # answer would go out with the next account's request
+            cookies=CookieJar(policy=DefaultCookiePolicy(allowed_domains=[])),
         )
 
     def url(self, endpoint: str, *, model: str | None = None,

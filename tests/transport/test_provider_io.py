@@ -334,3 +334,19 @@ async def test_the_provider_deadline_setting_reaches_its_transport() -> None:
         await pool.aclose()
     assert Settings.model_validate({"providers": {"p": {"adapter": "openai", "base_url": "http://x"}}}
                                    ).providers["p"].deadline == 600
+
+
+# --- no cookies ----------------------------------------------------------------------------
+
+
+async def test_a_cookie_the_provider_sets_is_never_sent_back(provider: tuple[str, Script]) -> None:
+    """One client serves every account of its configuration (gelbridge._runtime.shared): a
+    cookie from the answer to one account's request must not go out with the next one's."""
+    base, script = provider
+    script.on("/chat", reply_json(200, OK, {"Set-Cookie": "__cf_bm=from-account-a; Path=/"}), reply_json(200, OK))
+    async with transport(base) as tr:
+        await tr.post_json(tr.url("/chat"), b"{}")
+        await tr.post_json(tr.url("/chat"), b"{}")
+        assert len(tr.client.cookies) == 0
+    first, second = script.hits("/chat")
+    assert "Cookie" not in first.headers and "Cookie" not in second.headers
