@@ -293,6 +293,10 @@ class AccountEntry(_Section):
     keyring: Path | None = None
     state_dir: Path | None = None  # default: <state.dir>/accounts/<name>
     defaults: DefaultsConfig | None = None  # keys set here override [defaults]
+    #: ``[accounts.mcp.servers.<name>]``: this account's own MCP servers; a server named
+    #: here replaces the ``[mcp.servers]`` one of that name for this account only (checked
+    #: like ``[mcp]``; ``enabled = false`` turns one off)
+    mcp: dict[str, Any] | None = None
 
     @property
     def label(self) -> str:
@@ -363,19 +367,23 @@ class Settings(_Section):
                              keyring=self.keyring.path, state_dir=self.state.dir)]
 
     def for_account(self, entry: AccountEntry) -> Settings:
-        """These settings narrowed to one account: its ``[account]``, keyring, state dir and
-        merged defaults, so one-account code (the worker) serves it unchanged."""
+        """These settings narrowed to one account: its ``[account]``, keyring, state dir,
+        merged defaults and MCP servers, so one-account code (the worker) serves it unchanged."""
         defaults = self.defaults
         if entry.defaults is not None:
             defaults = self.defaults.model_copy(
                 update={k: getattr(entry.defaults, k) for k in entry.defaults.model_fields_set}
             )
         state_dir = entry.state_dir or (self.state.dir / "accounts" / entry.label.replace("/", "_"))
+        mcp = self.mcp
+        if entry.mcp is not None:
+            mcp = {**self.mcp, "servers": {**self.mcp.get("servers", {}), **entry.mcp.get("servers", {})}}
         return self.model_copy(update={
             "account": AccountConfig(pds=entry.pds, identifier=entry.identifier, password_env=entry.password_env),
             "keyring": KeyringConfig(path=entry.keyring),
             "state": self.state.model_copy(update={"dir": state_dir}),
             "defaults": defaults,
+            "mcp": mcp,
             "accounts": [],
         })
 
@@ -432,7 +440,7 @@ def _take_table_problems(data: dict[str, Any]) -> list[str]:
     """``[tools]`` and ``[mcp]`` are free-form tables in ``Settings``: check them here, so
     a typo there fails at start-up like any other. What is wrong is taken out of ``data``
     (the rest can still be checked against the world)."""
-    from gelbridge._tools.config import BUILTIN_CONFIGS, mcp_problems
+    from gelbridge._tools.config import BUILTIN_CONFIGS
 
     out: list[str] = []
     tools = data.get("tools")
@@ -463,15 +471,29 @@ def _take_table_problems(data: dict[str, Any]) -> list[str]:
                         unknown_key_problem(("tools", name, *er["loc"]), list(BUILTIN_CONFIGS[name].model_fields))
                         for er in e.errors()]
                 del tools[name]
-    mcp = data.get("mcp")
-    if isinstance(mcp, dict):
-        problems = mcp_problems(mcp)
-        out += problems
-        if problems:
-            servers = mcp.get("servers")
-            data["mcp"] = {"servers": {n: srv for n, srv in servers.items() if not mcp_problems({"servers": {n: srv}})}
-                           if isinstance(servers, dict) else {}}
+    out += _take_mcp_problems(data, "")
+    accounts = data.get("accounts")
+    for i, acct in enumerate(accounts if isinstance(accounts, list) else []):
+        if isinstance(acct, dict):
+            label = acct.get("name") or acct.get("identifier") or f"#{i + 1}"
+            out += _take_mcp_problems(acct, f"[[accounts]] {label}: ")
     return out
+
+
+def _take_mcp_problems(table: dict[str, Any], where: str) -> list[str]:
+    """The problems of ``table["mcp"]`` (the file's, or one account's), each after
+    ``where``; a server that has one is taken out."""
+    from gelbridge._tools.config import mcp_problems
+
+    mcp = table.get("mcp")
+    if not isinstance(mcp, dict):
+        return []
+    problems = mcp_problems(mcp)
+    if problems:
+        servers = mcp.get("servers")
+        table["mcp"] = {"servers": {n: srv for n, srv in servers.items() if not mcp_problems({"servers": {n: srv}})}
+                        if isinstance(servers, dict) else {}}
+    return [where + p for p in problems]
 
 
 _DROPPED: Any = object()
@@ -603,9 +625,13 @@ def read_config(path: str | Path | None = None, *, env: dict[str, str] | None = 
             for k in ("keyring", "state_dir"):
                 if isinstance(acct, dict) and acct.get(k):
                     acct[k] = _in(base, acct[k])
-        mcp = data.get("mcp", {})
-        servers = mcp.get("servers", {}) if isinstance(mcp, dict) else {}
-        if isinstance(servers, dict):
+        mcp_tables = [data.get("mcp", {})]
+        mcp_tables += [a.get("mcp", {}) for a in data.get("accounts", []) if isinstance(a, dict)] if isinstance(
+            data.get("accounts"), list) else []
+        for mcp in mcp_tables:
+            servers = mcp.get("servers", {}) if isinstance(mcp, dict) else {}
+            if not isinstance(servers, dict):
+                continue
             # stdio MCP servers run in the config file's folder unless told otherwise, so
             # `command = ["python", "server.py"]` next to the config works from anywhere.
             for srv in servers.values():

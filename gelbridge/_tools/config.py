@@ -14,6 +14,7 @@ from gelbridge._config_keys import unknown_key_problem
 from gelbridge._errors import ConfigError
 
 Approval = Literal["always", "never"]
+Share = Literal["process", "account"]
 
 
 class _Strict(BaseModel):
@@ -98,6 +99,10 @@ class McpServerConfig(_Strict):
     approval: Approval = "always"
     enabled: bool = True
     startup_timeout: float = 30.0
+    #: "process": one server for every account of this process whose configuration of it
+    #: is the same (gelbridge._runtime.shared); "account": one per account, for a server
+    #: that keeps state between calls (a shared one sees every account's calls)
+    share: Share = "process"
     tools: dict[str, McpToolOverride] = Field(default_factory=dict)
 
     @model_validator(mode="after")
