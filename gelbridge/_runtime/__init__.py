@@ -7,6 +7,8 @@ and the library :class:`~gelbridge._bridge.Bridge` all go through it (docs/archi
 - ``intake``: :class:`Intake`, the sources for the served accounts;
 - ``runtime``: :class:`Runtime` (open, attach, upkeep, detach, close, run) and
   :class:`StaticAccounts`, the config's accounts;
+- ``shared``: :class:`~gelbridge._runtime.shared.SharedClients`, the model clients and MCP
+  servers of the process, shared by the accounts whose configuration they read;
 - ``status``: what ``gelbridge status`` shows, read from the state stores.
 """
 
