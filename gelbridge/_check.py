@@ -21,12 +21,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
-from gelbridge._config import NO_FILE, ReadConfig, Settings
+from gelbridge._config import NO_FILE, DefaultsConfig, ReadConfig, Settings
 from gelbridge._errors import GelbridgeError, PdsAuthError, PdsError, PdsRateLimited
 from gelbridge._tools.config import NATIVE_TOOLS
 
@@ -263,33 +264,78 @@ def _check_keyring(acct: Settings, environ: Mapping[str, str], rep: CheckReport,
 
 async def _check_tools(settings: Settings, environ: Mapping[str, str], rep: CheckReport,
                        adapters: AdapterRegistry | None) -> None:
+    """The tools and MCP servers of the file, and of every account with MCP servers of its
+    own (``[accounts.mcp]``); each default tool list against the tools its account has."""
+    names = await _tool_names(settings, environ, rep, mcp_of=dict(settings.mcp), where="")
+    if names is None:
+        return
+    native = native_tool_providers(settings, adapters)
+    offered = names | {t for t, providers in native.items() if providers}
+    rep.lines.append(f"tools      {', '.join(sorted(offered)) or 'none'}")
+    _check_default_tools(settings, rep, "[defaults]", settings.defaults, names, offered, native, adapters)
+    seen: dict[str, set[str] | None] = {}  # accounts with the same own servers: started once
+    for entry in settings.accounts:
+        acct = settings.for_account(entry)
+        own_names, own_offered = names, offered
+        if entry.mcp is not None:
+            label = _label(settings, acct)
+            same = json.dumps(acct.mcp, sort_keys=True, default=str)
+            if same not in seen:
+                seen[same] = await _tool_names(acct, environ, rep, mcp_of=entry.mcp, where=f"{label}: ")
+            got = seen[same]
+            if got is None:
+                continue
+            own_names, own_offered = got, got | (offered - names)
+            rep.lines.append(f"tools      {label}: {', '.join(sorted(own_offered)) or 'none'}")
+        if entry.defaults is not None:
+            _check_default_tools(settings, rep, f"[[accounts]] {entry.identifier} defaults", entry.defaults,
+                                 own_names, own_offered, native, adapters)
+    shares = [("", _share_line(settings.mcp))]
+    shares += [(f"{e.label}: ", _share_line({"servers": e.mcp.get("servers", {})})) for e in settings.accounts if e.mcp]
+    if any(line for _, line in shares):
+        rep.lines.append(f"mcp        {'; '.join(who + line for who, line in shares if line)}")
+
+
+def _share_line(mcp: Mapping[str, Any]) -> str:
+    """``time (one per process), notes (one per account)``: who shares each enabled server."""
+    from gelbridge._tools.config import mcp_servers
+
+    try:
+        servers = mcp_servers(dict(mcp))
+    except GelbridgeError:
+        return ""
+    return ", ".join(f"{n} (one per {c.share})" for n, c in servers.items() if c.enabled)
+
+
+async def _tool_names(settings: Settings, environ: Mapping[str, str], rep: CheckReport, *,
+                      mcp_of: Mapping[str, Any], where: str) -> set[str] | None:
+    """The tools ``settings`` offer (its MCP servers started to list theirs, then stopped);
+    a server of ``mcp_of`` that lists none is a problem. None: the tables are wrong."""
     from gelbridge._tools import load_tool_registry
     from gelbridge._tools.config import mcp_servers
 
     try:
         registry = await load_tool_registry(settings, environ=dict(environ))
     except GelbridgeError as e:
-        rep.problems.append(f"[tools]/[mcp]: {e}")
-        return
+        rep.problems.append(f"{where}[tools]/[mcp]: {e}")
+        return None
     names = set(registry.names())
     await registry.aclose()  # the MCP servers were started to list their tools: stop them
-    for server, cfg in mcp_servers(dict(settings.mcp)).items():
+    for server, cfg in mcp_servers(dict(mcp_of)).items():
         if cfg.enabled and not any(n.startswith(f"mcp_{server}_") for n in names):
-            rep.problems.append(f"[mcp.servers.{server}]: the server did not start or lists no tools "
+            rep.problems.append(f"{where}[mcp.servers.{server}]: the server did not start or lists no tools "
                                 "(its error is in the log above)")
-    native = native_tool_providers(settings, adapters)
-    offered = names | {t for t, providers in native.items() if providers}
-    defaults = [("[defaults]", settings.defaults)]
-    defaults += [(f"[[accounts]] {a.identifier} defaults", a.defaults) for a in settings.accounts
-                 if a.defaults is not None]
-    for where, d in defaults:
-        for tool in d.tools:
-            if tool in NATIVE_TOOLS:
-                _check_native_default(settings, rep, where, tool, native[tool], d.model or settings.defaults.model,
-                                      _adapters_with(adapters, tool))
-            elif tool not in names:
-                rep.problems.append(f"{where} tools: {tool!r} is not a tool here (tools: {', '.join(sorted(offered))})")
-    rep.lines.append(f"tools      {', '.join(sorted(offered)) or 'none'}")
+    return names
+
+
+def _check_default_tools(settings: Settings, rep: CheckReport, where: str, d: DefaultsConfig, names: set[str],
+                         offered: set[str], native: dict[str, list[str]], adapters: AdapterRegistry | None) -> None:
+    for tool in d.tools:
+        if tool in NATIVE_TOOLS:
+            _check_native_default(settings, rep, where, tool, native[tool], d.model or settings.defaults.model,
+                                  _adapters_with(adapters, tool))
+        elif tool not in names:
+            rep.problems.append(f"{where} tools: {tool!r} is not a tool here (tools: {', '.join(sorted(offered))})")
 
 
 def native_tool_providers(settings: Settings, adapters: AdapterRegistry | None) -> dict[str, list[str]]:

@@ -182,3 +182,31 @@ def test_a_request_bound_the_adapters_cannot_hold_is_caught_at_start() -> None:
     [p] = problems(thread={"max_request_bytes": 32 * 1024 * 1024})
     assert "raise memory_limit_mb to at least 128 or lower max_request_bytes" in p
     assert problems(thread={"max_request_bytes": 32 * 1024 * 1024}, adapters={"memory_limit_mb": 128}) == []
+
+
+async def test_an_accounts_own_mcp_servers_are_checked_and_who_shares_each_is_said(tmp_path: Path) -> None:
+    import sys
+
+    server = str(Path(__file__).parent / "tools" / "mcp_test_server.py")
+    settings = Settings.model_validate({
+        "state": {"dir": str(tmp_path)},
+        "mcp": {"servers": {"t": {"command": [sys.executable, server]},
+                            "n": {"command": [sys.executable, server], "share": "account", "enabled": False}}},
+        "accounts": [
+            {"identifier": "a.test", "defaults": {"tools": ["mcp_t_echo", "mcp_x_echo"]}},
+            {"identifier": "b.test", "defaults": {"tools": ["mcp_x_echo", "mcp_gone_echo"]},
+             "mcp": {"servers": {"x": {"command": [sys.executable, server]},
+                                 "gone": {"command": ["/nonexistent/server"], "startup_timeout": 5}}}},
+        ],
+    })
+    rep = await check_settings(settings, environ={}, login=False, probe=False)
+    tools = [ln for ln in rep.lines if ln.startswith("tools")]
+    assert len(tools) == 2 and "mcp_t_echo" in tools[0] and "mcp_x_echo" not in tools[0]
+    assert tools[1].startswith("tools      [[accounts]] b.test: ") and "mcp_x_echo" in tools[1]
+    assert [ln for ln in rep.lines if ln.startswith("mcp")] == [
+        "mcp        t (one per process); b.test: x (one per process), gone (one per process)"]
+    problems = [p for p in rep.problems if "mcp" in p]
+    assert len(problems) == 3, problems
+    assert problems[0].startswith("[[accounts]] a.test defaults tools: 'mcp_x_echo' is not a tool here")
+    assert problems[1].startswith("[[accounts]] b.test: [mcp.servers.gone]: the server did not start")
+    assert problems[2].startswith("[[accounts]] b.test defaults tools: 'mcp_gone_echo' is not a tool here")

@@ -105,7 +105,7 @@ def test_a_file_with_problems_gives_all_of_them_and_the_settings_that_parsed(tmp
         "[tools] max_step: unknown key; did you mean [tools] max_steps?",
         "[mcp.servers.bad] bogus: unknown key; known here: " + ", ".join(sorted(
             ["approval", "command", "cwd", "enabled", "env", "env_passthrough", "headers", "headers_env",
-             "startup_timeout", "tools", "url"])),
+             "share", "startup_timeout", "tools", "url"])),
     ])
     s = read.settings  # what parsed, the keys with problems at their defaults (an entry lacking one: left out)
     assert s.providers["openai"].adapter == "openia" and "broken" not in s.providers
@@ -179,3 +179,35 @@ def test_the_listeners_bounds_are_checked_strictly(tmp_path: Path) -> None:
         key = wrong.split()[0]
         with pytest.raises(ConfigError, match=rf"\[observability\] {key}: Input should be {says}"):
             observability(wrong)
+
+
+def test_an_account_may_have_mcp_servers_of_its_own(tmp_path: Path) -> None:
+    """``[accounts.mcp.servers.<name>]``: checked like ``[mcp]``, relative to the file, and a
+    server of the same name replaces the process's for that account only."""
+    from gelbridge._config import read_config
+
+    p = write(tmp_path, (
+        '[mcp.servers.time]\ncommand = ["python", "time.py"]\n'
+        '[mcp.servers.notes]\ncommand = ["python", "notes.py"]\nshare = "account"\n'
+        '[[accounts]]\nidentifier = "a.test"\n'
+        '[[accounts]]\nidentifier = "b.test"\n'
+        '[accounts.mcp.servers.time]\ncommand = ["python", "time.py", "--tz", "UTC"]\ncwd = "b"\n'
+        '[accounts.mcp.servers.notes]\nurl = "http://127.0.0.1:1/mcp"\nenabled = false\n'
+        '[accounts.mcp.servers.files]\ncommand = ["python", "files.py"]\n'
+        '[[accounts]]\nname = "c"\nidentifier = "c.test"\n'
+        '[accounts.mcp.servers.bad]\ncommand = ["x"]\nshare = "thread"\n'
+        '[accounts.mcp.servers.fine]\ncommand = ["y"]\n'
+    ))
+    read = read_config(p, env={})
+    assert read.problems == ["[[accounts]] c: [mcp.servers.bad] share: Input should be 'process' or 'account'"]
+    a, b, c = (read.settings.for_account(e) for e in read.settings.accounts_list())
+    sa, sb, sc = mcp_servers(a.mcp), mcp_servers(b.mcp), mcp_servers(c.mcp)
+    assert sa == mcp_servers(read.settings.mcp) and list(sa) == ["time", "notes"]
+    assert sa["notes"].share == "account" and sa["time"].share == "process"
+    assert list(sb) == ["time", "notes", "files"]
+    assert sb["time"].command == ["python", "time.py", "--tz", "UTC"] and sb["time"].cwd == str(p.parent / "b")
+    assert sb["notes"].enabled is False and sb["files"].cwd == str(p.parent)
+    assert list(sc) == ["time", "notes", "fine"]  # the bad one is left out (and named above)
+    assert read.settings.mcp == a.mcp  # the process's own table is not changed
+    with pytest.raises(ConfigError, match=r"\[\[accounts\]\] c: \[mcp.servers.bad\] share"):
+        load_config(p, env={})
