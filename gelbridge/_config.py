@@ -126,7 +126,8 @@ class ProviderConfig(_Section):
     deadline: float = Field(600.0, gt=0)
     max_retries: int = 3
     #: connections open to this provider at once: a streaming reply holds one for its
-    #: whole length, so this bounds the streams in flight (more wait connect_timeout)
+    #: whole length, so this bounds the streams in flight (more wait connect_timeout), of
+    #: every account of the process that shares this configuration (one model client)
     max_connections: int = Field(1024, ge=1, le=65536)
     tool_call_id: ToolCallIdConfig | None = None
     #: prompt caching: Anthropic cache_control breakpoints, OpenAI prompt_cache_key per
