@@ -341,3 +341,46 @@ async def test_a_server_that_fails_to_start_is_tried_again_for_the_next_account(
     assert pool.users(ra) == 1 and pool.users(rb) == 1
     rc = await pool.tools_for(a)  # the complete one is shared from now on
     assert rc is rb
+
+
+# --- the Bridge hands them out and gives them back ---------------------------------------------------
+
+
+class StandIn:
+    """A worker that only keeps what the bridge gave it (no PDS)."""
+
+    def __init__(self, settings: Settings, **kw: Any) -> None:
+        self.settings, self.kw = settings, kw
+        self.did = "did:plc:" + str(settings.account.identifier).split(".")[0]
+        self.pds = type("P", (), {"session": type("S", (), {"did": self.did})(), "pds_url": "http://127.0.0.1:1"})()
+        self.started = False
+
+    async def start(self) -> None:
+        if self.settings.account.identifier == "fails.test":
+            raise ConfigError("this account does not start")
+        self.started = True
+
+    async def sweep_loop(self, interval: float, *, at_start: bool = False) -> None:
+        await asyncio.Event().wait()
+
+    async def aclose(self, grace: float | None = None) -> None:
+        self.started = False
+
+
+async def test_a_bridge_gives_every_worker_the_pools_clients_and_gives_them_back(pool: SharedClients,
+                                                                               tmp_path: Path) -> None:
+    from gelbridge._bridge import Bridge
+
+    settings = config(tmp_path)
+    async with Bridge(settings, worker_factory=StandIn, shared=pool, backfill=False) as bridge:
+        wa, wb = (ctx.worker for ctx in bridge.accounts.values())
+        assert wa.kw["model"] is wb.kw["model"] and wa.kw["registry"] is wb.kw["registry"]
+        assert pool.users(wa.kw["model"]) == 2 and pool.users(wa.kw["registry"]) == 2
+    assert pool.counts() == {"models": 0, "registries": 0, "mcp_servers": 0}
+    assert wa.kw["model"]._closed
+    failing = config(tmp_path, accounts=[{"identifier": "a.test"}, {"identifier": "fails.test"}])
+    with pytest.raises(ConfigError, match="does not start"):
+        await Bridge(failing, worker_factory=StandIn, shared=pool, backfill=False).start()
+    assert pool.counts() == {"models": 0, "registries": 0, "mcp_servers": 0}  # what it took is given back
+    client = await pool.model_for(narrowed(settings)[0])  # a given pool stays open
+    assert not client._closed
