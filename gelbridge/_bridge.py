@@ -75,6 +75,7 @@ from gelbridge._ingest import (
 from gelbridge._observability import Watched
 from gelbridge._runtime import Account, AccountMixup, Runtime, StaticAccounts, WorkerFactory
 from gelbridge._runtime.intake import run_until, stop_tasks
+from gelbridge._runtime.shared import SharedClients
 from gelbridge._seams import Printer
 from gelbridge._state import StateStore
 from gelbridge._worker.sources import EventSource
@@ -119,11 +120,14 @@ class Bridge:
         worker_factory: WorkerFactory | None = None,
         sweep_interval: float = 30.0,
         store: StateStore | None = None,
+        shared: SharedClients | None = None,
     ) -> None:
         """``keyrings`` (by account label) replace the keyring files; ``environ`` is where
         app passwords are read (default ``os.environ``); ``backfill`` defaults to
         ``[worker] backfill``; ``store``: the state store to use, left open at the end
-        (default: opened from ``[state]`` and closed with the bridge)."""
+        (default: opened from ``[state]`` and closed with the bridge); ``shared``: the
+        process's model clients and MCP servers, given to every worker and left open at the
+        end (default: the bridge's own, closed last; none with a ``worker_factory``)."""
         if queue_size < 1 or shards < 1:
             raise ValueError("queue_size and shards must be at least 1")
         self.settings = settings
@@ -134,7 +138,8 @@ class Bridge:
         settings.accounts_list()  # validates the account list early
         self.stats: Counter[str] = Counter()
         self.runtime = Runtime(settings, environ=environ, store=store, keyrings=keyrings,
-                               worker_factory=worker_factory, sweep_interval=sweep_interval, stats=self.stats)
+                               worker_factory=worker_factory, sweep_interval=sweep_interval, stats=self.stats,
+                               shared=shared)
         self._filter: RecordFilter | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._loop_thread: int | None = None

@@ -22,17 +22,22 @@ import logging
 import os
 from collections import Counter
 from collections.abc import Callable, Mapping
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from gelbridge import _tracing as tracing
 from gelbridge._config import AccountEntry, Settings
 from gelbridge._observability import AccountGauges, HttpLimits, Metrics, Watched
 from gelbridge._runtime.intake import Intake, backfill_logged, run_until, stop_tasks
 from gelbridge._runtime.router import Account, Router
-from gelbridge._seams import Printer
+from gelbridge._runtime.shared import SharedClients
+from gelbridge._seams import ModelCaller, Printer
 from gelbridge._state import Fence, StateStore, open_state, state_location
+from gelbridge._tools.registry import ToolRegistry
 from gelbridge._worker import Worker
 from gelbridge._worker.service import RelayBudgets
+
+if TYPE_CHECKING:
+    from gelbridge._adapters.client import ModelClient
 
 log = logging.getLogger("gelbridge.runtime")
 
@@ -41,11 +46,14 @@ Say = Callable[[str], None]
 
 
 class WorkerFactory(Protocol):
-    """Makes the (not yet started) worker of one account; the default is :class:`Worker`."""
+    """Makes the (not yet started) worker of one account; the default is :class:`Worker`.
+    ``model`` and ``registry`` are passed only when the runtime has a pool of shared
+    clients (:class:`~gelbridge._runtime.shared.SharedClients`)."""
 
     def __call__(self, settings: Settings, *, keyring: Mapping[str, bytes] | None, store: StateStore | None,
                  environ: Mapping[str, str], metrics: Metrics | None, label: str, fence: Fence | None,
-                 relays: RelayBudgets) -> Worker: ...
+                 relays: RelayBudgets, model: ModelCaller | None = None,
+                 registry: ToolRegistry | None = None) -> Worker: ...
 
 
 class AccountSet(Protocol):
@@ -69,11 +77,15 @@ class Runtime:
         sweep_interval: float = 30.0,
         member: str | None = None,
         stats: Counter[str] | None = None,
+        shared: SharedClients | None = None,
     ) -> None:
         """``keyrings`` (by account label) replace the keyring files; ``environ``: where app
         passwords are read (default ``os.environ``); ``store``: the state store to use, left
         open at the end (default: opened from ``[state]`` and closed with the runtime);
-        ``member``: a fleet member's id (accounts come and go; one shared store)."""
+        ``member``: a fleet member's id (accounts come and go; one shared store);
+        ``shared``: the process's model clients and MCP servers, given to every worker and
+        left open at the end (default: the runtime's own, closed last; none with a
+        ``worker_factory``, whose workers open their own)."""
         self.settings = settings
         self.environ = environ if environ is not None else os.environ
         self.member = member
@@ -91,6 +103,9 @@ class Runtime:
         self._relays: RelayBudgets = {}
         self._upkeep: dict[str, list[asyncio.Task[None]]] = {}  # by DID
         self._observing: asyncio.Task[None] | None = None
+        self._shared = shared
+        self._own_shared = shared is None and worker_factory is None
+        self._held: dict[int, list[ModelClient | ToolRegistry]] = {}  # by id() of the worker
 
     @property
     def store(self) -> StateStore:
@@ -116,6 +131,8 @@ class Runtime:
         """Bind the health/metrics listener (first: a taken port ends the start before any
         login or write), then open the state store."""
         tracing.configure(self.settings.observability)
+        if self._own_shared and self._shared is None:
+            self._shared = SharedClients(environ=self.environ)  # one per process: the accounts share it
         listen = self.settings.observability.listen
         if listen:
             self.metrics = Metrics()  # one registry for every account (labelled by account)
@@ -144,6 +161,7 @@ class Runtime:
         closed = await asyncio.gather(*(a.worker.aclose(g) for a in accounts), return_exceptions=True)
         for account, res in zip(accounts, closed):
             self.router.remove(account.did)
+            await self._release(account.worker)
             if isinstance(res, Exception):
                 log.error("closing account %s failed (%s)", account.label, type(res).__name__)
         if self._observing is not None:
@@ -152,6 +170,9 @@ class Runtime:
             self._observing = None
         self._close_watched()
         await self._close_store()  # the intake stays, stopped: what it followed can still be read
+        if self._own_shared and self._shared is not None:
+            await self._shared.aclose()  # last: every worker that used it has stopped
+            self._shared = None
 
     async def _close_store(self) -> None:
         if self._store is not None and self._given_store is None:
@@ -165,22 +186,51 @@ class Runtime:
     # --- the doors: attach, upkeep, detach -----------------------------------------------------
 
     async def attach(self, entry: AccountEntry, *, fence: Fence | None = None) -> Account:
-        """Start the worker of ``entry`` (log in, keyring, tools, model), route its DID here
-        and follow it; its worker is closed again if any of that fails."""
+        """Start the worker of ``entry`` (log in, keyring, tools, model: the process's
+        shared ones), route its DID here and follow it; its worker is closed again, and
+        what it held given back, if any of that fails."""
         settings = self.settings.for_account(entry)
         shared = self.member is not None or state_location(settings) == state_location(self.settings)
-        worker = self._factory(settings, keyring=self._keyrings.get(entry.label), store=self.store if shared else None,
-                               environ=self.environ, metrics=self.metrics, label=entry.label, fence=fence,
-                               relays=self._relays)
+        clients = await self._clients_for(settings)
+        try:
+            worker = self._factory(settings, keyring=self._keyrings.get(entry.label),
+                                   store=self.store if shared else None, environ=self.environ, metrics=self.metrics,
+                                   label=entry.label, fence=fence, relays=self._relays, **clients)
+        except BaseException:
+            await self._give_back(list(clients.values()))
+            raise
+        self._held[id(worker)] = list(clients.values())
         try:
             await worker.start()
             account = Account(entry.label, worker.did, settings, worker, fence)
             self.router.add(account)
         except BaseException:
             await worker.aclose(0)  # what it opened before failing
+            await self._release(worker)
             raise
         self.intake.attach(account)
         return account
+
+    async def _clients_for(self, settings: Settings) -> dict[str, Any]:
+        """``model=`` and ``registry=`` for one account's worker, from the process's pool."""
+        if self._shared is None:
+            return {}
+        model = await self._shared.model_for(settings)
+        try:
+            registry = await self._shared.tools_for(settings)
+        except BaseException:
+            await self._shared.release(model)
+            raise
+        return {"model": model, "registry": registry}
+
+    async def _release(self, worker: Worker) -> None:
+        """After ``worker`` stopped: give back what it held of the pool."""
+        await self._give_back(self._held.pop(id(worker), []))
+
+    async def _give_back(self, held: list[ModelClient | ToolRegistry]) -> None:
+        if self._shared is not None:
+            for resource in held:
+                await self._shared.release(resource)
 
     def upkeep(self, account: Account, *, backfill: bool, in_background: bool = True) -> None:
         """Start ``account``'s recovery sweep, and with ``backfill`` and ``in_background``
@@ -208,7 +258,10 @@ class Runtime:
         await self.intake.detach(account)
         self.router.remove(account.did)
         await stop_tasks(self._upkeep.pop(account.did, []))
-        await account.worker.aclose(grace)
+        try:
+            await account.worker.aclose(grace)
+        finally:
+            await self._release(account.worker)
 
     @property
     def tasks(self) -> list[asyncio.Task[None]]:
@@ -321,6 +374,6 @@ class StaticAccounts:
 
 def _new_worker(settings: Settings, *, keyring: Mapping[str, bytes] | None, store: StateStore | None,
                 environ: Mapping[str, str], metrics: Metrics | None, label: str, fence: Fence | None,
-                relays: RelayBudgets) -> Worker:
+                relays: RelayBudgets, model: ModelCaller | None = None, registry: ToolRegistry | None = None) -> Worker:
     return Worker(settings, keyring=keyring, store=store, environ=environ, metrics=metrics, label=label,
-                  fence=fence, relays=relays)
+                  fence=fence, relays=relays, model=model, registry=registry)
