@@ -9,7 +9,7 @@ import ast
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-CHECKED = ("gelbridge/_worker", "gelbridge/_mapping")
+CHECKED = ("gelbridge/_worker", "gelbridge/_mapping", "gelbridge/_runtime")
 MAX_LINES = 60
 
 
