@@ -132,7 +132,10 @@ class Runtime:
         login or write), then open the state store."""
         tracing.configure(self.settings.observability)
         if self._own_shared and self._shared is None:
-            self._shared = SharedClients(environ=self.environ)  # one per process: the accounts share it
+            # one per process, for the accounts that share a configuration; API keys and MCP
+            # servers' variables come from the process environment, as a worker's own did
+            # (``environ`` is where app passwords are read)
+            self._shared = SharedClients()
         listen = self.settings.observability.listen
         if listen:
             self.metrics = Metrics()  # one registry for every account (labelled by account)

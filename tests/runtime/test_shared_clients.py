@@ -384,3 +384,20 @@ async def test_a_bridge_gives_every_worker_the_pools_clients_and_gives_them_back
     assert pool.counts() == {"models": 0, "registries": 0, "mcp_servers": 0}  # what it took is given back
     client = await pool.model_for(narrowed(settings)[0])  # a given pool stays open
     assert not client._closed
+
+
+async def test_the_runtimes_own_pool_reads_api_keys_from_the_process_environment(tmp_path: Path) -> None:
+    """``Runtime(environ=...)`` is where app passwords are read; the providers' API keys and
+    the MCP servers' variables come from the process environment, as each worker's own
+    clients read them before they were shared."""
+    import os
+
+    from gelbridge._runtime import Runtime
+
+    runtime = Runtime(config(tmp_path), environ={"GELBRIDGE_APP_PASSWORD": "x"})
+    await runtime.open()
+    try:
+        assert runtime._shared is not None and runtime._shared.environ is os.environ
+    finally:
+        await runtime.close()
+    assert runtime._shared is None  # its own pool is closed with it
