@@ -56,7 +56,7 @@ from gelbridge._mapping import (
     waiting_calls,
     with_results,
 )
-from gelbridge._observability import log_fields
+from gelbridge._observability import Metrics, log_fields
 from gelbridge._records.constants import (
     CONVERSATION_COLLECTION,
     SETTINGS_COLLECTION,
@@ -141,7 +141,7 @@ class CallAuthority(Protocol):
 class ClaimAuthority:
     """The worker's authority: its claims in the state store."""
 
-    def __init__(self, store: Any, did: str) -> None:
+    def __init__(self, store: StateStore, did: str) -> None:
         self.store, self.did = store, did
 
     async def made_here(self, reply_rkey: str) -> frozenset[str]:
@@ -181,7 +181,7 @@ class TurnDeps:
     registry: ToolRegistry | None = None
     side: SideRecords | None = None  # conversation/settings records, kept current by events
     blob_cache: OrderedDict[str, bytes] = field(default_factory=OrderedDict)
-    metrics: Any = None  # gelbridge._observability.Metrics | None
+    metrics: Metrics | None = None
     label: str = ""  # the account's name in metrics
     #: which calls this gelbridge made and asked about, and when (default: its claims)
     authority: CallAuthority | None = None
