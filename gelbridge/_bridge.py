@@ -181,8 +181,7 @@ class Bridge:
     @property
     def sources(self) -> Mapping[str, EventSource]:
         """The sources :meth:`serve` or :meth:`run` follows, by name (empty while fed)."""
-        intake = self.runtime._intake
-        return intake.sources if intake is not None else {}
+        return self.runtime.sources
 
     @property
     def jetstream(self) -> EventSource | None:

@@ -35,6 +35,7 @@ from gelbridge._state import Fence, StateStore, open_state, state_location
 from gelbridge._tools.registry import ToolRegistry
 from gelbridge._worker import Worker
 from gelbridge._worker.service import RelayBudgets
+from gelbridge._worker.sources import EventSource
 
 if TYPE_CHECKING:
     from gelbridge._adapters.client import ModelClient
@@ -124,6 +125,12 @@ class Runtime:
     def accounts(self) -> Mapping[str, Account]:
         """The served accounts by DID (read-only, live)."""
         return self.router.view()
+
+    @property
+    def sources(self) -> Mapping[str, EventSource]:
+        """The intake's sources by name (empty before :meth:`open`; kept, stopped, after
+        :meth:`close`: what was followed can still be read)."""
+        return self._intake.sources if self._intake is not None else {}
 
     # --- open and close ------------------------------------------------------------------------
 
