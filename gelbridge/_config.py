@@ -56,7 +56,17 @@ class IdentityConfig(_Section):
 
 
 class KeyringConfig(_Section):
+    """``[keyring]``: the operator's keyring file (``path``) and the bridge keys apps grant
+    conversation keys to (``bridge_key``: one file, or a list whose first is the current
+    key and the rest older ones still honoured; PROTOCOL.md §6)."""
+
     path: Path | None = None
+    bridge_key: list[Path] = Field(default_factory=list)
+
+    @field_validator("bridge_key", mode="before")
+    @classmethod
+    def _one_or_many(cls, v: Any) -> Any:
+        return [v] if isinstance(v, (str, Path)) else v
 
 
 class StateConfig(_Section):
@@ -381,7 +391,7 @@ class Settings(_Section):
             mcp = {**self.mcp, "servers": {**self.mcp.get("servers", {}), **entry.mcp.get("servers", {})}}
         return self.model_copy(update={
             "account": AccountConfig(pds=entry.pds, identifier=entry.identifier, password_env=entry.password_env),
-            "keyring": KeyringConfig(path=entry.keyring),
+            "keyring": KeyringConfig(path=entry.keyring, bridge_key=self.keyring.bridge_key),
             "state": self.state.model_copy(update={"dir": state_dir}),
             "defaults": defaults,
             "mcp": mcp,
@@ -615,6 +625,9 @@ def read_config(path: str | Path | None = None, *, env: dict[str, str] | None = 
         kr = data.get("keyring", {})
         if isinstance(kr, dict) and kr.get("path"):
             kr["path"] = _in(base, kr["path"])
+        if isinstance(kr, dict) and isinstance(kr.get("bridge_key"), (str, list)):
+            bk = kr["bridge_key"]
+            kr["bridge_key"] = [_in(base, b) if isinstance(b, str) else b for b in ([bk] if isinstance(bk, str) else bk)]
         st = data.get("state", {})
         if isinstance(st, dict) and st.get("dir"):
             st["dir"] = _in(base, st["dir"])

@@ -44,6 +44,7 @@ LAYER_OF: dict[str, str] = {
     "_thread": "core",
     "_mapping": "core",
     "_sealing": "core",  # crypto, but no I/O: content in, content out
+    "_grants": "core",  # HPKE key grants: records in, keys out (and the key file, as _sealing's keyring)
     "_backoff": "core",
     "_terminal": "core",
     "_config_keys": "core",

@@ -1,11 +1,13 @@
 """chat.gel.assistant records: lexicon-backed models, keys and URIs, reading record files."""
 
 from gelbridge._records.constants import (
+    BRIDGE_COLLECTION,
     COLLECTIONS,
     CONVERSATION_COLLECTION,
     DEFS_NSID,
     ENCRYPTED_CONTENT_TYPE,
     FINAL_STATUSES,
+    KEY_GRANT_COLLECTION,
     MAX_RECORD_BYTES,
     MESSAGE_COLLECTION,
     PLAIN_CONTENT_TYPE,
@@ -28,6 +30,7 @@ from gelbridge._records.models import (
     MODELS_BY_TYPE,
     RECORD_MODELS,
     BlobRef,
+    BridgeRecord,
     Content,
     ConversationRecord,
     EncryptedContent,
@@ -35,6 +38,7 @@ from gelbridge._records.models import (
     FilePart,
     GenerationRequest,
     ImagePart,
+    KeyGrantRecord,
     LexObject,
     MessageRecord,
     ModelRef,
@@ -58,6 +62,7 @@ from gelbridge._records.models import (
 )
 
 __all__ = [
+    "BRIDGE_COLLECTION", "KEY_GRANT_COLLECTION", "BridgeRecord", "KeyGrantRecord",
     "COLLECTIONS", "CONVERSATION_COLLECTION", "DEFS_NSID", "ENCRYPTED_CONTENT_TYPE",
     "FINAL_STATUSES", "MAX_RECORD_BYTES", "MESSAGE_COLLECTION", "PLAIN_CONTENT_TYPE",
     "SETTINGS_COLLECTION", "SETTINGS_RKEY", "defs_type",

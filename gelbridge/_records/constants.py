@@ -10,8 +10,13 @@ MESSAGE_COLLECTION: Final = "chat.gel.assistant.message"
 CONVERSATION_COLLECTION: Final = "chat.gel.assistant.conversation"
 SETTINGS_COLLECTION: Final = "chat.gel.assistant.settings"
 SETTINGS_RKEY: Final = "self"
+#: PROTOCOL.md §6 (v1.1): the bridge's public keys (written by gelbridge) and the apps'
+#: key grants to them
+BRIDGE_COLLECTION: Final = "chat.gel.assistant.bridge"
+KEY_GRANT_COLLECTION: Final = "chat.gel.assistant.keyGrant"
 
-COLLECTIONS: Final = (MESSAGE_COLLECTION, CONVERSATION_COLLECTION, SETTINGS_COLLECTION)
+COLLECTIONS: Final = (MESSAGE_COLLECTION, CONVERSATION_COLLECTION, SETTINGS_COLLECTION, BRIDGE_COLLECTION,
+                      KEY_GRANT_COLLECTION)
 
 
 def defs_type(name: str) -> str:

@@ -41,8 +41,10 @@ from pydantic_core import PydanticCustomError, core_schema
 from gelbridge._errors import RecordError
 from gelbridge._records.codec import bytes_json, bytes_validator, cbor_size, decode_link, to_json_form
 from gelbridge._records.constants import (
+    BRIDGE_COLLECTION,
     CONVERSATION_COLLECTION,
     ENCRYPTED_CONTENT_TYPE,
+    KEY_GRANT_COLLECTION,
     MAX_RECORD_BYTES,
     MESSAGE_COLLECTION,
     PLAIN_CONTENT_TYPE,
@@ -731,12 +733,69 @@ class SettingsRecord(_Record):
     effort: Effort | None = None
 
 
-RecordModel = MessageRecord | ConversationRecord | SettingsRecord
+class _ExactBytesSchema(_LexBytesSchema):
+    """A bytes field with a ``minLength`` too (``publicKey``: exactly 32)."""
+
+    def __init__(self, min_length: int, max_length: int) -> None:
+        super().__init__(max_length)
+        self.min_length = min_length
+
+    def __get_pydantic_core_schema__(self, source: Any, handler: Any) -> core_schema.CoreSchema:
+        inner, lo = bytes_validator(self.max_length), self.min_length
+
+        def validate(value: Any) -> bytes:
+            raw = inner(value)
+            if len(raw) < lo:
+                raise ValueError(f"Data should have at least {lo} bytes")
+            return raw
+
+        return core_schema.no_info_plain_validator_function(
+            validate, serialization=core_schema.plain_serializer_function_ser_schema(bytes_json))
+
+
+class BridgeRecord(_Record):
+    """``chat.gel.assistant.bridge`` (key: the bridge key's kid): a bridge's public key (§6)."""
+
+    LEXICON_TYPE: ClassVar[str] = BRIDGE_COLLECTION
+
+    type: Literal["chat.gel.assistant.bridge"] = _type_field(BRIDGE_COLLECTION)
+    scheme: Annotated[str, _LexStrSchema(64, None)]
+    public_key: Annotated[bytes, _ExactBytesSchema(32, 32)]
+    name: Annotated[str, _LexStrSchema(64, None)] | None = None
+    created_at: Datetime
+
+    def __repr__(self) -> str:
+        return f"BridgeRecord(scheme={self.scheme!r}, name={self.name!r})"
+
+    __str__ = __repr__
+
+
+class KeyGrantRecord(_Record):
+    """``chat.gel.assistant.keyGrant`` (key: tid): a conversation key sealed to a bridge key (§6)."""
+
+    LEXICON_TYPE: ClassVar[str] = KEY_GRANT_COLLECTION
+
+    type: Literal["chat.gel.assistant.keyGrant"] = _type_field(KEY_GRANT_COLLECTION)
+    scheme: Annotated[str, _LexStrSchema(64, None)]
+    recipient: Annotated[str, _LexStrSchema(64, None)]
+    key_id: Annotated[str, _LexStrSchema(128, None)]
+    sealed_key: Annotated[bytes, _LexBytesSchema(256)]
+    created_at: Datetime
+
+    def __repr__(self) -> str:  # never the sealed key
+        return f"KeyGrantRecord(recipient={self.recipient!r}, key_id={self.key_id!r})"
+
+    __str__ = __repr__
+
+
+RecordModel = MessageRecord | ConversationRecord | SettingsRecord | BridgeRecord | KeyGrantRecord
 
 RECORD_MODELS: dict[str, type[_Record]] = {
     MESSAGE_COLLECTION: MessageRecord,
     CONVERSATION_COLLECTION: ConversationRecord,
     SETTINGS_COLLECTION: SettingsRecord,
+    BRIDGE_COLLECTION: BridgeRecord,
+    KEY_GRANT_COLLECTION: KeyGrantRecord,
 }
 
 #: Every lexicon object type → its model (the lexicon agreement test walks this).

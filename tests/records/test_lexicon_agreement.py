@@ -35,6 +35,8 @@ def test_lexicon_files_are_lexicon_documents() -> None:
         "chat.gel.assistant.message",
         "chat.gel.assistant.conversation",
         "chat.gel.assistant.settings",
+        "chat.gel.assistant.bridge",
+        "chat.gel.assistant.keyGrant",
     }
     keys = {}
     for nsid, doc in DOCS.items():
@@ -46,6 +48,8 @@ def test_lexicon_files_are_lexicon_documents() -> None:
         "chat.gel.assistant.message": "any",
         "chat.gel.assistant.conversation": "tid",
         "chat.gel.assistant.settings": "literal:self",
+        "chat.gel.assistant.bridge": "any",
+        "chat.gel.assistant.keyGrant": "tid",
     }
 
 
@@ -102,7 +106,8 @@ def valid(schema: dict[str, Any], ctx: str) -> Any:
     if t == "boolean":
         return True
     if t == "bytes":
-        return {"$bytes": base64.b64encode(b"\x01" * min(24, schema.get("maxLength", 24))).decode()}
+        return {"$bytes": base64.b64encode(b"\x01" * max(schema.get("minLength", 0),
+                                                          min(24, schema.get("maxLength", 24)))).decode()}
     if t == "blob":
         return blob(schema)
     if t == "array":
@@ -239,6 +244,9 @@ def check_property(p: dict[str, Any], nsid: str, ok: Any, ctx: str, cls: type[Le
         assert not ok({"$bytes": base64.b64encode(b"\x07" * (n + 1)).decode()}), ctx
         assert not ok(b"\x07" * (n + 1)), ctx
         assert not ok("not bytes") and not ok({"$bytes": "!!"}), ctx
+        if p.get("minLength"):
+            m = p["minLength"]
+            assert ok(b"\x07" * m) and not ok(b"\x07" * (m - 1)), f"{ctx}: minLength"
     elif t == "blob":
         accept = p.get("accept", ["*/*"])
         for mime in accept:
