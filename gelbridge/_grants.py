@@ -302,19 +302,35 @@ def load_bridge_keys(paths: Sequence[str | os.PathLike[str]], environ: Mapping[s
 # --- the grants of one account ----------------------------------------------------------------
 
 
+#: Why a grant is not honoured, by code (the code is a metric label; the text a log line's).
+IGNORED_BECAUSE: Final[Mapping[str, str]] = {
+    "lexicon": "it does not follow the keyGrant lexicon",
+    "key_id": "its keyId is not a valid key id",
+    "scheme": "its scheme is not hpke-x25519-v1",
+    "recipient": "its recipient is not a bridge key of this bridge",
+    "sealed_key": "its sealedKey does not open for this record, keyId and recipient",
+    "keyring": "the operator's keyring holds another key for its keyId",
+    "conflict": "a grant with a smaller record key gives another key for its keyId",
+}
+
+
 @dataclass(frozen=True, slots=True)
 class GrantVerdict:
-    """What became of one grant record: honoured (its ``key_id``) or ignored (``reason``,
-    never key material). ``key`` is held only while honoured or in a conflict."""
+    """What became of one grant record: honoured (``code`` None) or ignored (``code`` a key
+    of :data:`IGNORED_BECAUSE`; never key material). ``key`` is held only when it opened."""
 
     rkey: str
     key_id: str | None
-    reason: str | None = None
+    code: str | None = None
     key: bytes | None = field(default=None, repr=False)
 
     @property
     def honoured(self) -> bool:
-        return self.reason is None
+        return self.code is None
+
+    @property
+    def reason(self) -> str | None:
+        return IGNORED_BECAUSE[self.code] if self.code is not None else None
 
 
 def read_grant(value: Any, *, did: str, rkey: str, bridge: BridgeKeys) -> GrantVerdict:
@@ -325,20 +341,20 @@ def read_grant(value: Any, *, did: str, rkey: str, bridge: BridgeKeys) -> GrantV
     try:
         g = KeyGrantRecord.from_value(value, uri=grant_uri(did, rkey))
     except RecordError:
-        return GrantVerdict(rkey, None, "it does not follow the keyGrant lexicon")
+        return GrantVerdict(rkey, None, "lexicon")
     try:
         check_key_id(g.key_id)
     except KeyringError:
-        return GrantVerdict(rkey, None, "its keyId is not a valid key id")
+        return GrantVerdict(rkey, None, "key_id")
     if g.scheme != GRANT_SCHEME:
-        return GrantVerdict(rkey, g.key_id, "its scheme is not hpke-x25519-v1")
+        return GrantVerdict(rkey, g.key_id, "scheme")
     bk = bridge.by_kid(g.recipient)
     if bk is None:
-        return GrantVerdict(rkey, g.key_id, "its recipient is not a bridge key of this bridge")
+        return GrantVerdict(rkey, g.key_id, "recipient")
     key = open_sealed_key(g.sealed_key, private_key=bk.private_key, uri=grant_uri(did, rkey),
                           key_id=g.key_id, recipient=g.recipient)
     if key is None:
-        return GrantVerdict(rkey, g.key_id, "its sealedKey does not open for this record, keyId and recipient")
+        return GrantVerdict(rkey, g.key_id, "sealed_key")
     return GrantVerdict(rkey, g.key_id, None, key)
 
 
@@ -362,6 +378,11 @@ class GrantBook:
         self._settle()
         return self.verdicts[rkey]
 
+    def replace(self, values: Mapping[str, Any]) -> None:
+        """The account's whole set of grant records (``rkey → value``), as listed."""
+        self._opened = {rkey: read_grant(v, did=self.did, rkey=rkey, bridge=self.bridge) for rkey, v in values.items()}
+        self._settle()
+
     def delete(self, rkey: str) -> bool:
         """A grant record deleted: its key is forgotten (True when it was known)."""
         known = self._opened.pop(rkey, None) is not None
@@ -384,7 +405,6 @@ class GrantBook:
     def _settle(self) -> None:
         """Apply §6.3's order to the opened grants: keyring first, then the smallest rkey."""
         keys: dict[str, bytes] = {}
-        winner: dict[str, str] = {}
         verdicts: dict[str, GrantVerdict] = {}
         for rkey in sorted(self._opened):
             v = self._opened[rkey]
@@ -392,12 +412,11 @@ class GrantBook:
             if v.honoured and kid is not None and key is not None:
                 mine = self.keyring[kid] if kid in self.keyring else None
                 if mine is not None and mine != key:
-                    v = GrantVerdict(rkey, kid, "the operator's keyring holds another key for its keyId")
+                    v = GrantVerdict(rkey, kid, "keyring")
                 elif kid in keys and keys[kid] != key:
-                    v = GrantVerdict(rkey, kid, f"grant {winner[kid]} (a smaller record key) gives "
-                                                "another key for its keyId")
+                    v = GrantVerdict(rkey, kid, "conflict")
                 elif kid not in keys:
-                    keys[kid], winner[kid] = key, rkey
+                    keys[kid] = key
             verdicts[rkey] = v
         self.keys, self.verdicts = keys, verdicts
 

@@ -89,6 +89,16 @@ class Metrics:
                                   "made in the relay's window, by window (second, hour, day).", ["host", "window"],
                                   registry=r)
 
+        self.grants = Gauge("gelbridge_key_grants", "The account's key grants (PROTOCOL.md §6), by state "
+                            "(honoured, ignored).", ["account", "state"], registry=r)
+        self.grants_ignored = Counter("gelbridge_key_grants_ignored", "Key grants found not honoured, by why "
+                                      "(lexicon, key_id, scheme, recipient, sealed_key, keyring, conflict).",
+                                      ["account", "reason"], registry=r)
+
+    def grant_ignored(self, account: str, reason: str) -> None:
+        self.changes += 1
+        self.grants_ignored.labels(account, reason).inc()
+
     def turn_finished(self, account: str, report: Any) -> None:
         """Count a finished turn (a ``worker.turn.TurnReport``)."""
         self.changes += 1
@@ -490,6 +500,7 @@ class AccountGauges:
     running: int = 0
     points_remaining: int | None = None  # the PDS write budget it last stated
     relay: RelayCounts | None = None  # this process's events to the account's PDS host
+    grants: tuple[int, int] | None = None  # key grants honoured, ignored (None: no bridge key)
 
 
 class RelayCounts(Protocol):
@@ -552,6 +563,9 @@ class Watched:
                 m.points_remaining.labels(a.label).set(a.points_remaining)
             if a.relay is not None:
                 relays[a.relay.host] = a.relay
+            if a.grants is not None:
+                m.grants.labels(a.label, "honoured").set(a.grants[0])
+                m.grants.labels(a.label, "ignored").set(a.grants[1])
         for host, relay in relays.items():
             for window, n in relay.counts().items():
                 m.relay_events.labels(host, window).set(n)

@@ -288,6 +288,10 @@ def _print_account(acct: dict[str, Any]) -> None:
         reset = f", resets {_fmt_time(budget['reset_at'])}" if budget.get("reset_at") else ""
         line += f"; the PDS said {budget['remaining']}{limit} left at {_fmt_time(budget['seen_at'])}{reset}"
     print(line)
+    grants = acct.get("grants")
+    if grants is not None:
+        print(f"  grants    {grants['honoured']} honoured, {grants['ignored']} ignored "
+              f"(key grants, as of {_fmt_time(grants['at'])})")
     print(f"  in flight {len(acct['in_flight'])}")
     flight = [[c["reply"], c["status"], f"claimed {_fmt_time(c['since'])}"] for c in acct["in_flight"]]
     for line in _columns(flight, "<<<"):

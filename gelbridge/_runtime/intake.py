@@ -231,7 +231,7 @@ class Intake:
     def _poll(self, account: Account) -> PollSource:
         w = account.worker
         return PollSource(w.pds, w.did, w.store, self.router.route, interval=self.watch.poll_interval,
-                          on_reconnect=self._reconnected_did(account.did))
+                          on_reconnect=self._reconnected_did(account.did), follow_grants=w.grants.enabled)
 
     async def _cursor(self, key: str) -> str:
         cur = await self.store.get_cursor(key)

@@ -348,6 +348,8 @@ class Runtime:
                 queued=sched.queued if sched is not None else 0, running=sched.running if sched is not None else 0,
                 points_remaining=client.budget.remaining if client is not None else None,
                 relay=client.relay if client is not None else None,
+                grants=((w.grants.book.honoured, w.grants.book.ignored)
+                        if w.started and w.grants.enabled else None),
             ))
         return out
 

@@ -90,7 +90,8 @@ async def _account(settings: Settings, entry: AccountEntry, acct: Settings, own:
     out: dict[str, Any] = {
         "name": entry.label if entry.identifier else None,
         "did": did, "handle": saved.get("handle"), "pds": _pds_of(acct, saved) or None,
-        "cursor": None, "in_flight": [], "points": {"last_hour": 0, "last_day": 0}, "budget": None, "turns": [],
+        "cursor": None, "in_flight": [], "points": {"last_hour": 0, "last_day": 0}, "budget": None,
+        "grants": None, "turns": [],
     }
     if own is not None and not configured:  # no account in the config: every turn the store has
         out["turns"] = [_turn(t) for t in await own.recent_turns(10)]
@@ -109,6 +110,7 @@ async def _account(settings: Settings, entry: AccountEntry, acct: Settings, own:
     ]
     out["points"] = {"last_hour": await own.points_since(did, now - HOUR), "last_day": await own.points_since(did, now - DAY)}
     out["budget"] = await own.load_write_budget(did)
+    out["grants"] = await own.load_grant_counts(did)
     out["turns"] = [_turn(t) for t in await own.recent_turns(10, account=did)]
     return out
 

@@ -133,6 +133,15 @@ _MIGRATIONS: list[str] = [
         expires_at TIMESTAMPTZ NOT NULL
     )
     """,
+    # v3: key grants (PROTOCOL.md §6): counts per account for `gelbridge status` (no keys)
+    """
+    CREATE TABLE key_grants (
+        account TEXT PRIMARY KEY,
+        honoured INTEGER NOT NULL,
+        ignored INTEGER NOT NULL,
+        at DOUBLE PRECISION NOT NULL
+    )
+    """,
 ]
 
 SCHEMA_VERSION = len(_MIGRATIONS)

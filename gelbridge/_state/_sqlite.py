@@ -191,6 +191,16 @@ _MIGRATIONS: list[str | Callable[[sqlite3.Connection], None]] = [
     ALTER TABLE turns ADD COLUMN cached_tokens INTEGER;
     ALTER TABLE turns ADD COLUMN cache_write_tokens INTEGER;
     """,
+    # v6: key grants (PROTOCOL.md §6): how many of an account's grants the worker honours
+    # and ignores, for `gelbridge status` (counts only: never a key, keyId or reason text)
+    """
+    CREATE TABLE key_grants (
+        account TEXT PRIMARY KEY,
+        honoured INTEGER NOT NULL,
+        ignored INTEGER NOT NULL,
+        at REAL NOT NULL
+    );
+    """,
 ]
 
 SCHEMA_VERSION = len(_MIGRATIONS)

@@ -477,6 +477,26 @@ class StateStore:
         limit, remaining, reset_at, seen_at = rows[0]
         return {"limit": limit, "remaining": remaining, "reset_at": reset_at, "seen_at": seen_at}
 
+    # --- key grants ----------------------------------------------------------------------------
+
+    async def save_grant_counts(self, account: str, honoured: int, ignored: int) -> None:
+        """How many of the account's key grants its worker honours and ignores (counts only)."""
+        async with self._tx() as db:
+            await self._fenced(db, account)
+            await db.execute(
+                "INSERT INTO key_grants (account, honoured, ignored, at) VALUES (?, ?, ?, ?) "
+                "ON CONFLICT (account) DO UPDATE SET honoured = excluded.honoured, ignored = excluded.ignored, "
+                "at = excluded.at",
+                (account, honoured, ignored, self._clock()),
+            )
+
+    async def load_grant_counts(self, account: str) -> dict[str, Any] | None:
+        rows = await self._read("SELECT honoured, ignored, at FROM key_grants WHERE account = ?", (account,))
+        if not rows:
+            return None
+        honoured, ignored, at = rows[0]
+        return {"honoured": int(honoured), "ignored": int(ignored), "at": at}
+
     # --- seen events -------------------------------------------------------------------------
 
     async def mark_seen(self, did: str, rkey: str, cid: str) -> bool:

@@ -87,6 +87,7 @@ class EventOutcome(StrEnum):
     DELETED = "deleted"
     REPLY = "reply"  # an assistant record: nothing to answer
     SIDE_RECORD = "side-record"  # a conversation or settings record: cached for turns
+    KEY_GRANT = "key-grant"  # a key grant created, updated or deleted (PROTOCOL.md §6)
     NO_GENERATION = "no-generation"  # a user message that asks for no reply
     BAD_RECORD = "bad-record"  # malformed: answered with an error reply where one can be written
     CLAIMED = "claimed"  # the reply key was claimed and its turn queued

@@ -39,7 +39,16 @@ from urllib.parse import urlsplit
 
 from gelbridge import _tracing as tracing
 from gelbridge._config import Settings
-from gelbridge._errors import ClaimConflict, ConfigError, GelbridgeError, PdsAuthError, PdsError, RecordError
+from gelbridge._errors import (
+    KEYRING_ENV,
+    ClaimConflict,
+    ConfigError,
+    GelbridgeError,
+    PdsAuthError,
+    PdsError,
+    RecordError,
+)
+from gelbridge._grants import BridgeKeys, load_bridge_keys
 from gelbridge._identity import IdentityError, check_session_did, resolve_account
 from gelbridge._ingest import IncomingRecord
 from gelbridge._mapping import OpenedRecordCache
@@ -47,6 +56,7 @@ from gelbridge._observability import Metrics
 from gelbridge._pds import PdsClient, RelayBudget, Session
 from gelbridge._records.constants import (
     FINAL_STATUSES,
+    KEY_GRANT_COLLECTION,
     MESSAGE_COLLECTION,
     ROLE_ASSISTANT,
     SETTINGS_COLLECTION,
@@ -55,7 +65,7 @@ from gelbridge._records.constants import (
 )
 from gelbridge._records.keys import is_valid_rkey
 from gelbridge._records.models import ReplyError
-from gelbridge._sealing import load_keyring
+from gelbridge._sealing import Keyring, load_keyring
 from gelbridge._seams import ModelCaller, Repo
 from gelbridge._state import Claim, Fence, StateStore, claim_status, open_state
 from gelbridge._tools.registry import ToolRegistry
@@ -68,6 +78,7 @@ from gelbridge._worker.decide import (
     error_message,
     peek_ask,
 )
+from gelbridge._worker.grants import AccountGrants
 from gelbridge._worker.repo import SIDE_RECORD_TYPES, Entry, RepoView, SideRecords
 from gelbridge._worker.scheduler import Scheduler
 from gelbridge._worker.turn import (
@@ -155,17 +166,21 @@ class Worker:
         metrics: Metrics | None = None,
         label: str | None = None,
         relays: RelayBudgets | None = None,
+        bridge: BridgeKeys | None = None,
         seams: TurnSeams = TurnSeams(),
     ) -> None:
         """What is not given is opened by :meth:`start` (and closed by :meth:`aclose`):
         the state store of ``[state]``, the login to ``[account]``'s PDS, the keyring file,
-        the tools and the model client. ``label``: the account's name in logs and metrics
-        (default: its identifier)."""
+        the bridge keys (``[keyring] bridge_key``, ``$GELBRIDGE_BRIDGE_KEY``), the tools and
+        the model client. ``label``: the account's name in logs and metrics (default: its
+        identifier)."""
         self.settings = settings
         #: the fleet's lease on this account (``gelbridge._fleet``): every PDS write and
         #: every state write for the account passes it; None outside a fleet
         self.fence = fence
         self._keyring = keyring
+        self._bridge = bridge
+        self._grants: AccountGrants | None = None
         self._store = store
         self._pds = pds
         self.model = model
@@ -206,9 +221,19 @@ class Worker:
 
     @property
     def keyring(self) -> Mapping[str, bytes]:
+        """The keys this account's turns open and seal with: the keyring, then the honoured
+        key grants (read live: a revoked grant is gone for the next message)."""
+        if self._grants is not None:
+            return self._grants.keys
         if self._keyring is None:
             raise RuntimeError("the worker has no keyring yet: call await worker.start() first")
         return self._keyring
+
+    @property
+    def grants(self) -> AccountGrants:
+        if self._grants is None:
+            raise RuntimeError("the worker has no key grants yet: call await worker.start() first")
+        return self._grants
 
     @property
     def given_store(self) -> StateStore | None:
@@ -226,8 +251,12 @@ class Worker:
             self._owned.add("store")
         if self.fence is not None:
             self.store.fence([session_key(s)], self.fence)
+        if self._bridge is None:
+            self._bridge = load_bridge_keys(s.keyring.bridge_key, self.environ)
         if self._keyring is None:
-            self._keyring = load_keyring(s, self.environ)
+            no_file = s.keyring.path is None and not self.environ.get(KEYRING_ENV)
+            # with a bridge key, apps grant the keys: a hand-made keyring is optional
+            self._keyring = Keyring() if no_file and self._bridge else load_keyring(s, self.environ)
         if self._pds is None:
             self._pds = await self._connect()
             self._owned.add("pds")
@@ -238,6 +267,7 @@ class Worker:
             self.store.fence([self.did], self.fence)
         if self.client is not None:
             await self._budget_client(self.client)
+        await self._start_grants()
         registry = self.registry
         if registry is None:
             from gelbridge._tools import load_tool_registry
@@ -265,6 +295,19 @@ class Worker:
         )
         self.scheduler = Scheduler(self._run_turn, self._cancel_queued, concurrency=s.worker.concurrency)
         self.started = True
+
+    async def _start_grants(self) -> None:
+        """Publish the bridge record (a live PDS only) and read every grant: before any
+        message of the account is answered (§6 "What the bridge does" 1)."""
+        assert self._keyring is not None and self._bridge is not None
+        grants = AccountGrants(self.pds, self.did, self._bridge, self._keyring, store=self.store,
+                               label=self.label, metrics=self.metrics)
+        if grants.enabled:
+            if self.client is not None:
+                await grants.publish()
+            await grants.load()
+            await self.store.save_grant_counts(self.did, grants.book.honoured, grants.book.ignored)
+        self._grants = grants
 
     async def _budget_client(self, pds: PdsClient) -> None:
         """The write budgets of a live PDS: the fence on every write, the budget the PDS
@@ -373,8 +416,19 @@ class Worker:
             f"  adapters   {', '.join(self.adapter_names) or '(loaded on demand)'}",
             f"  tools      {tools}",
             f"  state      {self.store.location}",
+            *self._grant_lines(),
             f"  turns      {s.worker.concurrency} at once; progress every {s.replies.update_interval:g} s",
         ]
+
+    def _grant_lines(self) -> list[str]:
+        g = self._grants
+        if g is None or not g.enabled:
+            return ["  grants     off (no [keyring] bridge_key: keys come from the keyring only)"]
+        cur = g.bridge.current
+        assert cur is not None
+        older = f"; also honours {', '.join(k.kid for k in g.bridge[1:])}" if len(g.bridge) > 1 else ""
+        return [f"  bridge key {cur.kid} fingerprint {cur.fingerprint} ({g.published or 'not published'}{older})",
+                f"  grants     {g.book.honoured} honoured, {g.book.ignored} ignored"]
 
     # --- intake -------------------------------------------------------------------------------
 
@@ -389,6 +443,9 @@ class Worker:
             if did == self.did:
                 log.warning("a record event with an invalid record key; ignored")
             return EventOutcome.IGNORED
+        if did == self.did and collection == KEY_GRANT_COLLECTION:
+            await self.grants.event(rkey, record, deleted=action == "delete")
+            return EventOutcome.KEY_GRANT
         if did == self.did and collection in SIDE_RECORD_TYPES:
             self.side.event(collection, rkey, record, action=action)
             return EventOutcome.SIDE_RECORD
@@ -454,7 +511,8 @@ class Worker:
     def _writer(self, ask: Ask) -> ReplyWriter:
         return ReplyWriter(
             self.pds, self.view, reply_rkey=ask.reply_rkey, message_rkey=ask.message_rkey,
-            conversation=ask.conversation, key_id=ask.key_id, keyring=self.keyring,
+            conversation=ask.conversation, key_id=ask.key_id,
+            keyring=self._grants.keys.snapshot() if self._grants is not None else self.keyring,
             update_interval=self.settings.replies.update_interval,
             max_write_bytes=self.settings.replies.max_write_bytes,
             reserve_points=self.settings.replies.reserve_points,
@@ -576,6 +634,10 @@ class Worker:
         """List every message; claim what is owed; resume our unfinished replies."""
         rep = BackfillReport()
         self.side.clear()  # record events may have been missed
+        try:
+            await self.grants.load()  # so may a grant's delete: the listing is the truth
+        except PdsError as e:
+            log.error("backfill: listing key grants failed (%s); the grants known stay", type(e).__name__)
         listing: dict[str, Entry] = {}
         try:
             async for r in self.pds.iter_records(MESSAGE_COLLECTION, page_size=100, reverse=True):

@@ -45,13 +45,13 @@ import time
 from collections.abc import Awaitable, Callable, Iterable
 from collections.abc import Set as AbstractSet
 from contextlib import aclosing
-from typing import Protocol
+from typing import Any, Protocol
 
 from gelbridge._backoff import backoff_delay
 from gelbridge._errors import FirehoseError, GelbridgeError, PdsError
 from gelbridge._firehose import StreamMarker, subscribe_repos
 from gelbridge._ingest import IncomingRecord, hand_over
-from gelbridge._records.constants import MESSAGE_COLLECTION
+from gelbridge._records.constants import KEY_GRANT_COLLECTION, MESSAGE_COLLECTION
 from gelbridge._seams import Repo
 from gelbridge._state import StateStore
 
@@ -331,8 +331,12 @@ class PollSource:
     live = False
 
     def __init__(self, pds: Repo, did: str, store: StateStore, handler: Handler, *, interval: float = 5.0,
-                 on_reconnect: Callable[[], None] | None = None) -> None:
+                 on_reconnect: Callable[[], None] | None = None, follow_grants: bool = False) -> None:
+        """``follow_grants``: also list the key grants each poll and hand over what changed,
+        deletes included (the worker read them all at start: the first poll only compares)."""
         self.pds = pds
+        self.follow_grants = follow_grants
+        self._grant_cids: dict[str, str | None] | None = None
         self.did = did
         self.dids = frozenset({did})
         self.store = store
@@ -359,8 +363,25 @@ class PollSource:
             if outcome == "handled":
                 n += 1
             await self.store.mark_seen(self.did, r.rkey, r.cid)
+        if self.follow_grants:
+            n += await self._poll_grants()
         self.polls += 1
         return n
+
+    async def _poll_grants(self) -> int:
+        """Grants created, changed or deleted since the last poll, as record events."""
+        listed: dict[str, tuple[str | None, Any]] = {}
+        async for r in self.pds.iter_records(KEY_GRANT_COLLECTION, page_size=100):
+            listed[r.rkey] = (r.cid, r.value)
+        known, first = self._grant_cids or {}, self._grant_cids is None
+        events = [IncomingRecord(self.did, KEY_GRANT_COLLECTION, rkey, cid, value, action="update")
+                  for rkey, (cid, value) in listed.items() if first or known.get(rkey, "") != cid]
+        events += [IncomingRecord(self.did, KEY_GRANT_COLLECTION, rkey, None, None, action="delete")
+                   for rkey in known if rkey not in listed]
+        for rec in events:
+            await hand_over(self.handler, rec)
+        self._grant_cids = {rkey: cid for rkey, (cid, _) in listed.items()}
+        return len(events)
 
     async def run(self) -> None:
         failures = 0

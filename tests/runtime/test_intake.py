@@ -29,6 +29,7 @@ class StandIn:
     def __init__(self, did: str, pds_url: str, store: Any = None, fail: bool = False) -> None:
         self.did, self.store, self.fail = did, store, fail
         self.pds = SimpleNamespace(pds_url=pds_url, session=SimpleNamespace(did=did))
+        self.grants = SimpleNamespace(enabled=False)  # no bridge key: the poll lists messages only
         self.backfills = 0
         self.reconnects = 0
         self.events: list[tuple[Any, ...]] = []
