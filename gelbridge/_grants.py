@@ -323,6 +323,7 @@ class GrantVerdict:
     key_id: str | None
     code: str | None = None
     key: bytes | None = field(default=None, repr=False)
+    winner: str | None = None  # a conflict: the record key of the grant that won
 
     @property
     def honoured(self) -> bool:
@@ -330,6 +331,8 @@ class GrantVerdict:
 
     @property
     def reason(self) -> str | None:
+        if self.code == "conflict" and self.winner is not None:
+            return f"grant {self.winner} (a smaller record key) gives another key for its keyId"
         return IGNORED_BECAUSE[self.code] if self.code is not None else None
 
 
@@ -405,6 +408,7 @@ class GrantBook:
     def _settle(self) -> None:
         """Apply §6.3's order to the opened grants: keyring first, then the smallest rkey."""
         keys: dict[str, bytes] = {}
+        winner: dict[str, str] = {}
         verdicts: dict[str, GrantVerdict] = {}
         for rkey in sorted(self._opened):
             v = self._opened[rkey]
@@ -414,9 +418,9 @@ class GrantBook:
                 if mine is not None and mine != key:
                     v = GrantVerdict(rkey, kid, "keyring")
                 elif kid in keys and keys[kid] != key:
-                    v = GrantVerdict(rkey, kid, "conflict")
+                    v = GrantVerdict(rkey, kid, "conflict", winner=winner[kid])
                 elif kid not in keys:
-                    keys[kid] = key
+                    keys[kid], winner[kid] = key, rkey
             verdicts[rkey] = v
         self.keys, self.verdicts = keys, verdicts
 
