@@ -142,7 +142,7 @@ async def test_grants_moved_relabelled_tampered_or_for_another_bridge_are_not_ho
         for i, (name, knobs) in enumerate(cases.items()):
             kid, key = f"k-bad-{i}", os.urandom(32)
             bad[name] = (kid, key, await write_grant(app, bridge, kid, key, **knobs))
-        for name, (kid, _, rkey) in bad.items():
+        for name, (_kid, _, rkey) in bad.items():
             v = await seen(worker, rkey)
             assert not v.honoured and v.code == expected[name], name
         assert (await seen(worker, good)).honoured
