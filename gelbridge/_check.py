@@ -112,9 +112,10 @@ async def check_settings(settings: Settings, *, environ: Mapping[str, str], logi
         await _check_probes(settings, environ, rep)
     per_account = [settings.for_account(a) for a in accounts] if settings.accounts else (
         [settings] if accounts else [])
+    bridged = _check_bridge_keys(settings, environ, rep)
     for acct in per_account:
         _check_defaults(acct, rep, label=_label(settings, acct))
-        _check_keyring(acct, environ, rep, label=_label(settings, acct))
+        _check_keyring(acct, environ, rep, label=_label(settings, acct), bridged=bridged)
     await _check_tools(settings, environ, rep, adapters)
     if login:
         gate = asyncio.Semaphore(_LOGINS_AT_ONCE)
@@ -242,20 +243,40 @@ def _check_defaults(acct: Settings, rep: CheckReport, *, label: str) -> None:
                             f"(configured: {known})")
 
 
-def _check_keyring(acct: Settings, environ: Mapping[str, str], rep: CheckReport, *, label: str) -> None:
+def _check_bridge_keys(settings: Settings, environ: Mapping[str, str], rep: CheckReport) -> bool:
+    """The bridge key files (and ``$GELBRIDGE_BRIDGE_KEY``) load; True when there is one."""
+    from gelbridge._grants import load_bridge_keys
+
+    try:
+        keys = load_bridge_keys(settings.keyring.bridge_key, environ)
+    except GelbridgeError as e:
+        rep.problems.append(f"[keyring] bridge_key: {e}")
+        return True  # a key is meant to be there: the keyring is not required on top
+    for i, k in enumerate(keys):
+        role = "current, published at start" if i == 0 else "older, still honoured"
+        rep.lines.append(f"bridge key {k.kid} fingerprint {k.fingerprint} ({role})")
+    return len(keys) > 0
+
+
+def _check_keyring(acct: Settings, environ: Mapping[str, str], rep: CheckReport, *, label: str,
+                   bridged: bool = False) -> None:
     from gelbridge._errors import KEYRING_ENV
     from gelbridge._sealing import key_advice, load_keyring
 
     where = "[keyring] path" if label == "[account]" else f"{label} keyring"
     if acct.keyring.path is None and not environ.get(KEYRING_ENV):
-        rep.problems.append(f"{where}: not set: name the keyring file there (or in ${KEYRING_ENV})")
+        if bridged:
+            rep.lines.append(f"keyring    {label}: none (keys come from the apps' key grants)")
+        else:
+            rep.problems.append(f"{where}: not set: name the keyring file there (or in ${KEYRING_ENV}), "
+                                "or set [keyring] bridge_key so apps can grant keys")
         return
     try:
         ring = load_keyring(acct, environ)
     except GelbridgeError as e:
         rep.problems.append(f"{where}: {e}")
         return
-    if len(ring) == 0:
+    if len(ring) == 0 and not bridged:
         path = acct.keyring.path or environ[KEYRING_ENV]
         rep.problems.append(f"{where}: {path} holds no key: {key_advice(path)}")
         return

@@ -114,7 +114,32 @@ def test_keyring_problems_name_where_the_path_is_set_and_fit_a_key_from_the_chat
     [empty] = problems(account={"identifier": "a.test"}, keyring={"path": str(tmp_path / "empty.json")})
     assert empty.startswith(f"[keyring] path: {tmp_path / 'empty.json'} holds no key: save the key your chat app")
     [unset] = problems(account={"identifier": "a.test"})
-    assert unset == "[keyring] path: not set: name the keyring file there (or in $GELBRIDGE_KEYRING)"
+    assert unset == ("[keyring] path: not set: name the keyring file there (or in $GELBRIDGE_KEYRING), "
+                     "or set [keyring] bridge_key so apps can grant keys")
+
+
+def test_check_loads_the_bridge_keys_and_then_needs_no_keyring(tmp_path: Path) -> None:
+    from gelbridge._grants import BridgeKey
+
+    key = BridgeKey.generate(kid="b-1")
+    key.save(tmp_path / "bridge.json")
+
+    def report(**data: object) -> tuple[list[str], list[str]]:
+        rep = asyncio.run(check_settings(Settings.model_validate(data), environ={}, login=False))
+        return rep.problems, rep.lines
+
+    problems, lines = report(account={"identifier": "a.test"}, keyring={"bridge_key": str(tmp_path / "bridge.json")})
+    assert not [p for p in problems if "keyring" in p]
+    assert f"bridge key b-1 fingerprint {key.fingerprint} (current, published at start)" in lines
+    assert "keyring    [account]: none (keys come from the apps' key grants)" in lines
+    missing = tmp_path / "nope.json"
+    problems, _ = report(account={"identifier": "a.test"}, keyring={"bridge_key": [str(missing)]})
+    assert [p for p in problems if "keyring" in p] == [
+        f"[keyring] bridge_key: bridge key file {missing} does not exist: make one with "
+        f"'gelbridge keys bridge-new --out {missing}'"]
+    (tmp_path / "bad.json").write_text('{"scheme": "hpke-x25519-v1", "privateKey": "!!"}')
+    problems, _ = report(account={"identifier": "a.test"}, keyring={"bridge_key": str(tmp_path / "bad.json")})
+    assert any("privateKey is not standard base64" in p for p in problems)
 
 
 async def test_check_asks_every_provider_and_names_each_mistake_on_its_own_line(tmp_path: Path) -> None:
