@@ -29,7 +29,7 @@ import json
 import os
 import re
 import tempfile
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
@@ -423,6 +423,23 @@ class GrantBook:
                     keys[kid], winner[kid] = key, rkey
             verdicts[rkey] = v
         self.keys, self.verdicts = keys, verdicts
+
+
+def keys_of_records(grants: Iterable[tuple[str, str, Any]], keyring: Mapping[str, bytes],
+                    bridge: BridgeKeys) -> AccountKeys:
+    """The keys a record file gives (``gelbridge open`` / ``convert`` / ``reply``): the
+    keyring, then what its grant records ``(did, rkey, value)`` seal to ``bridge``, by the
+    same rules as a running bridge (each DID's grants bind to that DID)."""
+    by_did: dict[str, dict[str, Any]] = {}
+    for did, rkey, value in grants:
+        by_did.setdefault(did, {})[rkey] = value
+    merged: dict[str, bytes] = {}
+    for did in sorted(by_did):
+        book = GrantBook(did, bridge, keyring)
+        book.replace(by_did[did])
+        for key_id, key in book.keys.items():
+            merged.setdefault(key_id, key)
+    return AccountKeys(keyring, None, merged)
 
 
 class AccountKeys(Mapping[str, bytes]):

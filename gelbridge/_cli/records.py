@@ -28,6 +28,8 @@ from gelbridge._errors import (
 from gelbridge._terminal import safe_json, safe_line, safe_text
 
 if TYPE_CHECKING:  # imported where used: '--help' and the other commands need none of them
+    from collections.abc import Mapping
+
     from gelbridge._config import Settings
     from gelbridge._sealing import Keyring, OpenedRecord
     from gelbridge.lux import Diagnostic, LuxRequest
@@ -53,16 +55,46 @@ ShowContentOption = Annotated[
 ]
 
 
+BridgeKeyOption = Annotated[
+    list[Path] | None,
+    typer.Option("--bridge-key", help="Bridge key file ('gelbridge keys bridge-new'): also open what the file's "
+                                      "key grants seal to it. Default: $GELBRIDGE_BRIDGE_KEY, then --config's "
+                                      "[keyring] bridge_key."),
+]
+
+
 def load_keyring(path: Path | None) -> Keyring:
     """The keyring at ``path``, or a clear error naming both ways to give one."""
     if path is None:
-        raise KeyringError(f"no keyring: pass --keyring FILE or set {KEYRING_ENV}")
+        raise KeyringError(f"no keyring: pass --keyring FILE or set {KEYRING_ENV} (or --bridge-key FILE, to open "
+                           "with the keys the file's key grants give)")
     from gelbridge._sealing import Keyring
 
     return Keyring.load(path)
 
 
-def open_file(records: Path, keyring: Keyring | None) -> list[OpenedRecord]:
+def load_keys(records: Path, keyring: Path | None, bridge_key: list[Path] | None,
+              settings: Settings | None = None) -> Mapping[str, bytes]:
+    """The keyring, then the keys the record file's grants seal to the bridge key (when
+    one is given: ``--bridge-key``, ``$GELBRIDGE_BRIDGE_KEY`` or the config's)."""
+    import os
+
+    from gelbridge._grants import keys_of_records, load_bridge_keys
+    from gelbridge._records import KEY_GRANT_COLLECTION
+    from gelbridge._records.io import load_records
+    from gelbridge._sealing import Keyring
+
+    paths = bridge_key or (list(settings.keyring.bridge_key) if settings is not None else [])
+    bridge = load_bridge_keys(paths, os.environ)
+    if not bridge:
+        return load_keyring(keyring)
+    ring = Keyring.load(keyring) if keyring is not None else Keyring()
+    grants = ((e.uri.did, e.uri.rkey, e.value) for e in load_records(records)
+              if e.uri.collection == KEY_GRANT_COLLECTION)
+    return keys_of_records(grants, ring, bridge)
+
+
+def open_file(records: Path, keyring: Mapping[str, bytes] | None) -> list[OpenedRecord]:
     """Every record of the file, chat.gel.assistant records parsed and opened.
 
     A sealed value copied from another record of the same file is reported as such.
@@ -91,13 +123,15 @@ def print_json(doc: Any) -> None:
 
 
 @app.command("open")
-def open_command(records: RecordsArgument, keyring: KeyringOption = None) -> None:
+def open_command(records: RecordsArgument, keyring: KeyringOption = None,
+                 bridge_key: BridgeKeyOption = None) -> None:
     """Print records as JSON with every sealed content/instructions opened.
 
+    Keys: the keyring, and with a bridge key the keys the file's key grants give it.
     Records that cannot be opened are printed as they are, with an "error" field;
     the command then exits non-zero.
     """
-    ring = load_keyring(keyring)
+    ring = load_keys(records, keyring, bridge_key)
     opened = open_file(records, ring)
     out = []
     failed = 0
@@ -140,7 +174,7 @@ class ConvertResult:
     diagnostics: list[Diagnostic]
 
 
-def convert_file(records: Path, keyring: Keyring, message: str, settings: Settings) -> ConvertResult:
+def convert_file(records: Path, keyring: Mapping[str, bytes], message: str, settings: Settings) -> ConvertResult:
     """The thread of ``message`` in a record file → the Lux IR request for its reply: the
     worker's turn up to its first model call (``gelbridge._worker.offline``)."""
     import asyncio
@@ -209,6 +243,7 @@ def convert_command(
     records: RecordsArgument,
     message: Annotated[str, typer.Option("--message", help="Record key of the user message to answer.")],
     keyring: KeyringOption = None,
+    bridge_key: BridgeKeyOption = None,
     config: Annotated[
         Path | None, typer.Option("--config", help="Config file (TOML): defaults, thread depth limit, built-in tools.")
     ] = None,
@@ -231,7 +266,7 @@ def convert_command(
     from gelbridge._config import load_config
 
     settings = load_config(config)
-    ring = load_keyring(keyring)
+    ring = load_keys(records, keyring, bridge_key, settings)
     result = convert_file(records, ring, message, settings)
     if to is not None:
         print_provider_body(to, result, settings, show_content)

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from gelbridge._cli._app import app
-from gelbridge._cli.records import KeyringOption, RecordsArgument, ShowContentOption
+from gelbridge._cli.records import BridgeKeyOption, KeyringOption, RecordsArgument, ShowContentOption
 from gelbridge._errors import GelbridgeError
 from gelbridge._terminal import safe_line
 
@@ -31,6 +31,7 @@ def reply_command(
     records: RecordsArgument,
     message: Annotated[str, typer.Option("--message", help="Record key of the user message to answer.")],
     keyring: KeyringOption = None,
+    bridge_key: BridgeKeyOption = None,
     config: Annotated[Path | None, typer.Option("--config", help="Config file (TOML) with [providers].")] = None,
     stream: Annotated[bool, typer.Option("--stream/--no-stream", help="Stream the model's answer.")] = True,
     show_content: ShowContentOption = False,
@@ -45,11 +46,11 @@ def reply_command(
     """
     import asyncio
 
-    from gelbridge._cli.records import load_keyring, print_json
+    from gelbridge._cli.records import load_keys, print_json
     from gelbridge._config import load_config
 
     settings = load_config(config)
-    ring = load_keyring(keyring)
+    ring = load_keys(records, keyring, bridge_key, settings)
     record, summary, failed = asyncio.run(_reply(records, ring, message, settings, stream, show_content))
     print_json(record)
     sys.stderr.write(summary)

@@ -202,6 +202,7 @@ async def run_offline(records: Path, message: str, keyring: Mapping[str, bytes],
                       quiet: bool = True) -> OfflineTurn:
     """Answer ``message`` of the record file ``records`` with the worker's own turn
     (``quiet=False``: with the worker's log lines, as ``gelbridge run`` writes them)."""
+    from gelbridge._grants import BridgeKeys
     from gelbridge._tools.loader import builtin_tools
     from gelbridge._tools.registry import ToolRegistry
     from gelbridge._worker.service import TurnSeams, Worker
@@ -224,8 +225,10 @@ async def run_offline(records: Path, message: str, keyring: Mapping[str, bytes],
         store = SqliteStore.open_dir(tmp)
         seams = TurnSeams(authority=RecordAuthority(repo, keyring), tool_runner=not_run_offline, stream=stream,
                           check_provider=check_provider)
+        # the keys are resolved already (the keyring and what the file's grants give):
+        # no bridge key of the config is loaded again
         worker = Worker(offline, keyring=dict(keyring), store=store, pds=repo, model=model,
-                        registry=ToolRegistry(builtin_tools(settings.tools)), seams=seams)
+                        registry=ToolRegistry(builtin_tools(settings.tools)), seams=seams, bridge=BridgeKeys())
         try:
             await worker.start()
             decision = await worker.handle_event(IncomingRecord(did, MESSAGE_COLLECTION, message, target.cid,

@@ -96,3 +96,81 @@ bridge_key = "new.json"
     assert asyncio.run(records()) == ["b-new"]
     r = run_cli("keys", "bridge-retire", "b-old", "--config", cfg, env=env)
     assert r.stdout == f"{pds_account.handle}: had no bridge record b-old\n"
+
+
+def granted_record_file(tmp_path: Path, bridge: BridgeKey) -> tuple[Path, str, bytes]:
+    """A record file as listRecords/getRepo would give: a grant of a fresh key to ``bridge``
+    and a user message sealed with that key; no keyring file anywhere."""
+    import secrets
+
+    from gelbridge._grants import GRANT_SCHEME, grant_uri, seal_key
+    from gelbridge._records import KEY_GRANT_COLLECTION, MESSAGE_COLLECTION, AtUri, PlainContent, TextPart, new_tid
+    from gelbridge._records.codec import b64encode
+    from gelbridge._sealing import Keyring, seal_content
+
+    did, key = "did:plc:offlinegrants234567abcd", secrets.token_bytes(32)
+    g, m = new_tid(), new_tid()
+    sealed = seal_key(key, public_key=bridge.public_key, uri=grant_uri(did, g), key_id="k-app", recipient=bridge.kid)
+    content = seal_content(PlainContent(parts=[TextPart(text="offline hello")]), uri=AtUri(did, MESSAGE_COLLECTION, m),
+                           key_id="k-app", keyring=Keyring({"k-app": key}))
+    records = [
+        {"uri": grant_uri(did, g), "cid": None, "value": {
+            "$type": KEY_GRANT_COLLECTION, "scheme": GRANT_SCHEME, "recipient": bridge.kid, "keyId": "k-app",
+            "sealedKey": {"$bytes": b64encode(sealed)}, "createdAt": now_datetime()}},
+        {"uri": str(AtUri(did, MESSAGE_COLLECTION, m)), "cid": None, "value": {
+            "$type": MESSAGE_COLLECTION, "conversation": new_tid(), "role": "user", "generation": {"attempt": 0},
+            "content": content.to_value(), "createdAt": now_datetime()}},
+    ]
+    path = tmp_path / "records.json"
+    path.write_text(json.dumps(records))
+    return path, m, key
+
+
+def test_open_convert_and_reply_open_what_the_files_grants_give_the_bridge_key(tmp_path: Path) -> None:
+    from gelbridge._dev.model_server import ModelServer
+
+    bridge, other = BridgeKey.generate(kid="b-off"), BridgeKey.generate(kid="b-off")
+    bridge.save(tmp_path / "bridge.json")
+    other.save(tmp_path / "other.json")
+    records, message, key = granted_record_file(tmp_path, bridge)
+    opened = run_cli("open", str(records), "--bridge-key", str(tmp_path / "bridge.json"))
+    assert opened.returncode == 0, opened.stderr
+    [_, msg] = json.loads(opened.stdout)["records"]
+    assert msg["value"]["content"]["parts"][0]["text"] == "offline hello"
+    assert "error" not in msg
+    via_env = run_cli("open", str(records), env={"GELBRIDGE_BRIDGE_KEY": (tmp_path / "bridge.json").read_text()})
+    assert via_env.returncode == 0 and "offline hello" in via_env.stdout
+    wrong = run_cli("open", str(records), "--bridge-key", str(tmp_path / "other.json"))
+    assert wrong.returncode == 1 and "offline hello" not in wrong.stdout
+    assert "k-app" in json.loads(wrong.stdout)["records"][1]["error"]
+    none = run_cli("open", str(records))
+    assert none.returncode == 1 and "--bridge-key FILE" in none.stderr
+    with ModelServer() as srv:
+        cfg = tmp_path / "gelbridge.toml"
+        cfg.write_text(f"""
+[keyring]
+bridge_key = "bridge.json"
+
+[defaults]
+model = {{ provider = "local", id = "echo-1" }}
+
+[providers.local]
+adapter = "openai"
+base_url = "{srv.url}/v1"
+max_retries = 0
+""")
+        conv = run_cli("convert", str(records), "--message", message, "--config", str(cfg))
+        assert conv.returncode == 0, conv.stderr
+        assert "offline hello" in conv.stdout and json.loads(conv.stdout)
+        rep = run_cli("reply", str(records), "--message", message, "--config", str(cfg), "--no-stream")
+    assert rep.returncode == 0, rep.stderr
+    reply = json.loads(rep.stdout)
+    assert reply["status"] == "complete" and reply["content"]["keyId"] == "k-app"
+    from gelbridge._records import MESSAGE_COLLECTION, AtUri, EncryptedContent
+    from gelbridge._sealing import Keyring, open_content
+
+    did = json.loads(records.read_text())[1]["uri"].split("/")[2]
+    text = open_content(EncryptedContent.from_value(reply["content"]),
+                        uri=AtUri(did, MESSAGE_COLLECTION, f"{message}.r0"), keyring=Keyring({"k-app": key}))
+    assert text.parts[0].text == "You said: offline hello"  # type: ignore[union-attr]
+    assert json.loads((tmp_path / "bridge.json").read_text())["privateKey"] not in rep.stdout + rep.stderr
