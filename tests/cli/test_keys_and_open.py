@@ -88,7 +88,8 @@ def test_open_marks_records_it_cannot_open_and_exits_nonzero(tmp_path: Path) -> 
 def test_open_without_keyring_is_one_clear_line(tmp_path: Path) -> None:
     p = run_cli("open", str(EXAMPLE / "records.json"))
     assert p.returncode == 1
-    assert p.stderr == "error: no keyring: pass --keyring FILE or set GELBRIDGE_KEYRING\n"
+    assert p.stderr == ("error: no keyring: pass --keyring FILE or set GELBRIDGE_KEYRING (or --bridge-key FILE, "
+                        "to open with the keys the file's key grants give)\n")
     assert "Traceback" not in p.stderr
 
 
