@@ -399,3 +399,14 @@ def test_the_key_grant_example_opens_with_hpke_to_the_sealing_example_key() -> N
     assert suite.decrypt(sealed, private, info.encode()) == base64.b64decode(key_ex["key"])
     with pytest.raises(InvalidTag):  # relabelled for another keyId, it does not open
         suite.decrypt(sealed, private, info.replace(record["keyId"], "other-key").encode())
+    # and gelbridge's own grant code honours the example as a running bridge would
+    from gelbridge._grants import BridgeKey, BridgeKeys, fingerprint, read_grant
+
+    did, rkey = grant["uri"].split("/")[2], grant["uri"].rsplit("/", 1)[1]
+    bridge_key = BridgeKey.from_private_bytes(codec.b64decode(ex["bridgePrivateKey"]), kid=record["recipient"],
+                                              name=bridge["record"]["name"])
+    assert fingerprint(public) == bridge_key.fingerprint == bridge["fingerprint"]
+    assert bridge_key.is_published_by(bridge["record"])
+    verdict = read_grant(record, did=did, rkey=rkey, bridge=BridgeKeys([bridge_key]))
+    assert verdict.honoured and verdict.key == base64.b64decode(key_ex["key"])
+    assert read_grant(record, did=did, rkey="3mbd3abcdef23", bridge=BridgeKeys([bridge_key])).code == "sealed_key"
