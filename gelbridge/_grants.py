@@ -364,65 +364,108 @@ def read_grant(value: Any, *, did: str, rkey: str, bridge: BridgeKeys) -> GrantV
 class GrantBook:
     """The grants of one account, kept as their events arrive.
 
-    ``put`` / ``delete`` return what changed for the log; :attr:`keys` is a fresh dict
-    after every change (copy on write), so a reader holding the old one (a running
-    reply's :meth:`AccountKeys.snapshot`) keeps what it had.
+    :attr:`keys` changes in place (a running reply pins its key with
+    :meth:`AccountKeys.pinned`). A change re-decides only the grants naming the same ``keyId`` (a conflict is among
+    those), so one event costs the same in a book of ten grants or of ten thousand;
+    :attr:`last_changes` lists what it changed, ``(rkey, before, after)``, for the log.
     """
 
     def __init__(self, did: str, bridge: BridgeKeys, keyring: Mapping[str, bytes]) -> None:
         self.did, self.bridge, self.keyring = did, bridge, keyring
         self._opened: dict[str, GrantVerdict] = {}  # rkey → verdict of the record alone
-        self.keys: Mapping[str, bytes] = {}
+        self._by_key_id: dict[str | None, set[str]] = {}  # keyId → rkeys naming it
+        self.keys: dict[str, bytes] = {}
         self.verdicts: dict[str, GrantVerdict] = {}  # rkey → final verdict (conflicts applied)
-
-    def put(self, rkey: str, value: Any) -> GrantVerdict:
-        """A grant record created or updated (or listed at start); its final verdict."""
-        self._opened[rkey] = read_grant(value, did=self.did, rkey=rkey, bridge=self.bridge)
-        self._settle()
-        return self.verdicts[rkey]
-
-    def replace(self, values: Mapping[str, Any]) -> None:
-        """The account's whole set of grant records (``rkey → value``), as listed."""
-        self._opened = {rkey: read_grant(v, did=self.did, rkey=rkey, bridge=self.bridge) for rkey, v in values.items()}
-        self._settle()
-
-    def delete(self, rkey: str) -> bool:
-        """A grant record deleted: its key is forgotten (True when it was known)."""
-        known = self._opened.pop(rkey, None) is not None
-        if known:
-            self._settle()
-        return known
-
-    def clear(self) -> None:
-        self._opened.clear()
-        self._settle()
-
-    @property
-    def honoured(self) -> int:
-        return sum(1 for v in self.verdicts.values() if v.honoured)
+        self.honoured = 0
+        self.last_changes: list[tuple[str, GrantVerdict | None, GrantVerdict | None]] = []
 
     @property
     def ignored(self) -> int:
         return len(self.verdicts) - self.honoured
 
-    def _settle(self) -> None:
-        """Apply §6.3's order to the opened grants: keyring first, then the smallest rkey."""
-        keys: dict[str, bytes] = {}
-        winner: dict[str, str] = {}
-        verdicts: dict[str, GrantVerdict] = {}
-        for rkey in sorted(self._opened):
-            v = self._opened[rkey]
-            kid, key = v.key_id, v.key
-            if v.honoured and kid is not None and key is not None:
-                mine = self.keyring[kid] if kid in self.keyring else None
-                if mine is not None and mine != key:
-                    v = GrantVerdict(rkey, kid, "keyring")
-                elif kid in keys and keys[kid] != key:
-                    v = GrantVerdict(rkey, kid, "conflict", winner=winner[kid])
-                elif kid not in keys:
-                    keys[kid], winner[kid] = key, rkey
-            verdicts[rkey] = v
-        self.keys, self.verdicts = keys, verdicts
+    def put(self, rkey: str, value: Any) -> GrantVerdict:
+        """A grant record created or updated; its final verdict."""
+        v = read_grant(value, did=self.did, rkey=rkey, bridge=self.bridge)
+        old = self._drop(rkey)
+        self._opened[rkey] = v
+        self._by_key_id.setdefault(v.key_id, set()).add(rkey)
+        self._settle({v.key_id} | ({old.key_id} if old is not None else set()))
+        return self.verdicts[rkey]
+
+    def delete(self, rkey: str) -> bool:
+        """A grant record deleted: its key is forgotten (True when it was known)."""
+        old = self._drop(rkey)
+        if old is None:
+            self.last_changes = []
+            return False
+        self._settle({old.key_id}, dropped=rkey)
+        return True
+
+    def replace(self, values: Mapping[str, Any]) -> None:
+        """The account's whole set of grant records (``rkey → value``), as listed."""
+        self._opened = {rkey: read_grant(v, did=self.did, rkey=rkey, bridge=self.bridge) for rkey, v in values.items()}
+        self._by_key_id = {}
+        for rkey, v in self._opened.items():
+            self._by_key_id.setdefault(v.key_id, set()).add(rkey)
+        before = self.verdicts
+        self.keys, self.verdicts, self.honoured = {}, {}, 0
+        self._settle(set(self._by_key_id), before=before)
+
+    def clear(self) -> None:
+        self.replace({})
+
+    def _drop(self, rkey: str) -> GrantVerdict | None:
+        old = self._opened.pop(rkey, None)
+        if old is not None:
+            group = self._by_key_id.get(old.key_id)
+            if group is not None:
+                group.discard(rkey)
+                if not group:
+                    del self._by_key_id[old.key_id]
+        return old
+
+    def _settle(self, key_ids: set[str | None], *, before: Mapping[str, GrantVerdict] | None = None,
+                dropped: str | None = None) -> None:
+        """Apply §6.3's order to the grants naming ``key_ids``: keyring first, then the
+        smallest rkey; every other grant keeps its verdict. ``dropped``: a deleted rkey."""
+        prior = self.verdicts if before is None else before
+        keys = self.keys
+        changes: list[tuple[str, GrantVerdict | None, GrantVerdict | None]] = []
+        if dropped is not None:
+            self._set(dropped, None, prior.get(dropped), changes)
+        for kid in key_ids:
+            if kid is not None:
+                keys.pop(kid, None)
+            winner: str | None = None
+            for rkey in sorted(self._by_key_id.get(kid, ())):
+                v = self._opened[rkey]
+                key = v.key
+                if v.honoured and kid is not None and key is not None:
+                    mine = self.keyring[kid] if kid in self.keyring else None
+                    if mine is not None and mine != key:
+                        v = GrantVerdict(rkey, kid, "keyring")
+                    elif winner is not None and keys[kid] != key:
+                        v = GrantVerdict(rkey, kid, "conflict", winner=winner)
+                    elif winner is None:
+                        keys[kid], winner = key, rkey
+                self._set(rkey, v, prior.get(rkey), changes)
+        if before is not None:
+            for rkey, old in before.items():
+                if rkey not in self._opened:
+                    changes.append((rkey, old, None))
+        self.keys, self.last_changes = keys, changes
+
+    def _set(self, rkey: str, v: GrantVerdict | None, old: GrantVerdict | None,
+             changes: list[tuple[str, GrantVerdict | None, GrantVerdict | None]]) -> None:
+        current = self.verdicts.pop(rkey, None)
+        if current is not None and current.honoured:
+            self.honoured -= 1
+        if v is not None:
+            self.verdicts[rkey] = v
+            self.honoured += v.honoured
+        if (old is None) != (v is None) or old is not None and v is not None and (
+                old.code, old.key_id, old.key) != (v.code, v.key_id, v.key):
+            changes.append((rkey, old, v))
 
 
 def keys_of_records(grants: Iterable[tuple[str, str, Any]], keyring: Mapping[str, bytes],
@@ -459,9 +502,17 @@ class AccountKeys(Mapping[str, bytes]):
         return self.book.keys if self.book is not None else {}
 
     def snapshot(self) -> AccountKeys:
-        """These keys as they are now (a revocation later does not change them): what a
-        reply already running seals its final write with (§6.4)."""
-        return AccountKeys(self.keyring, None, self.grants)
+        """These keys as they are now (a revocation later does not change them)."""
+        return AccountKeys(self.keyring, None, dict(self.grants))
+
+    def pinned(self, key_id: str | None) -> AccountKeys:
+        """The keyring and, when granted, the key of ``key_id`` as it is now: what a reply
+        seals with until its final write, even if the grant is revoked meanwhile (§6.4:
+        "a reply already running may finish"). O(1), taken at every claim."""
+        grants = self.grants
+        if key_id is None or key_id in self.keyring or key_id not in grants:
+            return AccountKeys(self.keyring, None, {})
+        return AccountKeys(self.keyring, None, {key_id: grants[key_id]})
 
     def __getitem__(self, key_id: str) -> bytes:
         if key_id in self.keyring:

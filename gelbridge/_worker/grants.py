@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from gelbridge._errors import PdsError
-from gelbridge._grants import AccountKeys, BridgeKeys, GrantBook, GrantVerdict
+from gelbridge._grants import AccountKeys, BridgeKeys, GrantBook
 from gelbridge._records import BRIDGE_COLLECTION, KEY_GRANT_COLLECTION, now_datetime
 from gelbridge._seams import Repo
 
@@ -70,16 +70,14 @@ class AccountGrants:
             if len(values) >= MAX_GRANTS:
                 log.error("%s: over %d key grants; the rest are not read", self.label, len(values))
                 break
-        before = dict(self.book.verdicts)
         self.book.replace(values)
-        await self._changed(before)
+        await self._changed()
 
     async def event(self, rkey: str, record: Mapping[str, Any] | None, *, deleted: bool) -> None:
         """A grant record was created, updated or deleted (``record`` None for a ``tooBig``
         commit: read from the PDS)."""
         if not self.enabled:
             return
-        before = dict(self.book.verdicts)
         if deleted:
             if not self.book.delete(rkey):
                 return
@@ -93,21 +91,16 @@ class AccountGrants:
                     return
                 if got is None:
                     self.book.delete(rkey)
-                    await self._changed(before)
+                    await self._changed()
                     return
                 record = got[1]
             self.book.put(rkey, record)
-        await self._changed(before)
+        await self._changed()
 
-    async def _changed(self, before: Mapping[str, GrantVerdict]) -> None:
-        after = self.book.verdicts
-        changed = False
-        for rkey in sorted(set(before) | set(after)):
-            old, new = before.get(rkey), after.get(rkey)
-            if old is not None and new is not None and (old.code, old.key_id, old.key) == (new.code, new.key_id,
-                                                                                            new.key):
-                continue
-            changed = True
+    async def _changed(self) -> None:
+        """One log line per grant whose verdict the last change changed; the counts saved."""
+        changes = self.book.last_changes
+        for rkey, _, new in sorted(changes, key=lambda c: c[0]):
             if new is None:
                 log.info("%s: key grant %s deleted: its key is forgotten", self.label, rkey)
             elif new.honoured:
@@ -116,5 +109,5 @@ class AccountGrants:
                 log.warning("%s: key grant %s ignored: %s", self.label, rkey, new.reason)
                 if self.metrics is not None:
                     self.metrics.grant_ignored(self.label, str(new.code))
-        if changed:
+        if changes:
             await self.store.save_grant_counts(self.did, self.book.honoured, self.book.ignored)

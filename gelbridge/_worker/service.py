@@ -512,7 +512,7 @@ class Worker:
         return ReplyWriter(
             self.pds, self.view, reply_rkey=ask.reply_rkey, message_rkey=ask.message_rkey,
             conversation=ask.conversation, key_id=ask.key_id,
-            keyring=self._grants.keys.snapshot() if self._grants is not None else self.keyring,
+            keyring=self._grants.keys.pinned(ask.key_id) if self._grants is not None else self.keyring,
             update_interval=self.settings.replies.update_interval,
             max_write_bytes=self.settings.replies.max_write_bytes,
             reserve_points=self.settings.replies.reserve_points,

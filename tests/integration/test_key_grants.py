@@ -153,6 +153,12 @@ async def test_grants_moved_relabelled_tampered_or_for_another_bridge_are_not_ho
             rec, _ = await ask(app, name, kid)
             assert rec.status == "error" and rec.error is not None and rec.error.kind == "decrypt_failed", name
         assert worker.grants.book.honoured == 1 and worker.grants.book.ignored == len(bad)
+        from gelbridge._runtime.status import status_report
+
+        rep = await status_report(s, worker.store)
+        [acct] = rep["accounts"]
+        assert (acct["grants"]["honoured"], acct["grants"]["ignored"]) == (1, len(bad))
+        assert set(acct["grants"]) == {"honoured", "ignored", "at"}  # counts only
     ignored_lines = [r.getMessage() for r in caplog.records if "ignored" in r.getMessage() and "key grant" in
                      r.getMessage()]
     assert len(ignored_lines) == len(bad)  # one line each
