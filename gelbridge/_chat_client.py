@@ -10,6 +10,12 @@ reply records back as they stream in (PROTOCOL.md §4, §5).
   ``toolApprovalPart`` per waiting call (§5), in a new message whose parent is that reply.
 - :meth:`ChatClient.follow` polls the reply record until it is final, calling back
   with each new stretch of text; bounded by its timeout.
+- **Key grants** (``grant=True``, PROTOCOL.md §6), the way an app on another machine
+  pairs with the bridge: the bridge key published in the repo is pinned on first use
+  (:mod:`gelbridge._pairing`), each new conversation gets a fresh key, written to the
+  user's keyring file before any record names it, then granted to the bridge in a
+  ``keyGrant`` record; :meth:`ChatClient.rotate` gives the conversation a new key (the
+  history keeps opening with the older ones while their grants exist).
 
 It logs in with its own session (never the worker's: refresh tokens are single-use).
 """
@@ -17,15 +23,20 @@ It logs in with its own session (never the worker's: refresh tokens are single-u
 from __future__ import annotations
 
 import asyncio
+import fcntl
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from gelbridge._config import Settings
-from gelbridge._errors import ConfigError, GelbridgeError
+from gelbridge._errors import KEYRING_ENV, ConfigError, GelbridgeError, KeyringError
+from gelbridge._pairing import BridgeOffer, Pin, PinFile, bridge_offers, choose_bridge, grant_record, pins_path
 from gelbridge._pds import PdsClient
 from gelbridge._records import (
+    BRIDGE_COLLECTION,
+    KEY_GRANT_COLLECTION,
     MESSAGE_COLLECTION,
     AtUri,
     PlainContent,
@@ -78,23 +89,36 @@ class Reply:
 
 
 @dataclass
+class Granting:
+    """Where new conversation keys go (the user's keyring file) and whom they are granted
+    to (the pinned bridge)."""
+
+    keyring_path: Path
+    bridge: BridgeOffer
+
+
+@dataclass
 class ChatClient:
     """One account's chat, as an app: the conversation it is in and where it continues."""
 
     pds: PdsClient
     keyring: Keyring
-    key_id: str
+    key_id: str | None  # the key the next message is sealed with (granting: made at the first one)
     conversation: str = field(default_factory=new_tid)
     parent: str | None = None  # the reply the next message continues from
     last_message: str | None = None  # the newest user message that asked for a reply
     last_attempt: int = 0
+    granting: Granting | None = None
 
     @classmethod
-    async def login(cls, settings: Settings, environ: Any) -> ChatClient:
+    async def login(cls, settings: Settings, environ: Any, *, grant: bool | None = None, bridge: str | None = None,
+                    repin: bool = False, notice: Callable[[str], None] = lambda line: None) -> ChatClient:
         """Log in to the account of ``settings`` (the first ``[[accounts]]`` entry, or
-        ``[account]``) with its app password and keyring."""
+        ``[account]``) with its app password and keyring. ``grant`` (default ``[client]
+        grant``): pair with the bridge published in the repo (``bridge``: its kid, when
+        several are; ``repin``: trust a key other than the pinned one); ``notice`` gets
+        what the user should see (the fingerprint, when a bridge is pinned)."""
         from gelbridge._identity import check_session_did, pds_url_of
-        from gelbridge._sealing import load_keyring
 
         acct = settings.for_account(settings.accounts_list()[0]) if settings.accounts else settings
         a = acct.account
@@ -103,43 +127,77 @@ class ChatClient:
         password = environ.get(a.password_env)
         if not password:
             raise ConfigError(f"no app password: set ${a.password_env}")
-        ring = load_keyring(acct)
-        if len(ring) == 0:
-            raise ConfigError("the keyring holds no key: add one with 'gelbridge keys new --keyring FILE'")
+        granting = settings.client.grant if grant is None else grant
+        ring_path, ring = _app_keyring(acct, environ, granting)
         url, expected_did = await pds_url_of(a.pds, a.identifier, acct.identity)
         pds = PdsClient(url)
         try:
             session = await pds.login(a.identifier, password)
             check_session_did(session.did, expected_did, a.identifier, url)
+            paired = None
+            if ring_path is not None:
+                offer = await _pair(pds, ring_path, bridge or settings.client.bridge, repin, notice)
+                paired = Granting(ring_path, offer)
         except BaseException:
             await pds.aclose()
             raise
-        return cls(pds, ring, sorted(ring)[0])
+        return cls(pds, ring, None if paired is not None else sorted(ring)[0], granting=paired)
 
     async def aclose(self) -> None:
         await self.pds.aclose()
 
     async def join(self, conversation: str) -> None:
-        """Continue ``conversation``: the next message follows its newest reply."""
+        """Continue ``conversation``: the next message follows its newest reply and is
+        sealed with the conversation's newest key (when the keyring holds it)."""
         self.conversation = conversation
-        self.parent = await self._newest_reply(conversation)
+        self.parent, key_id = await self._conversation_state(conversation)
+        if key_id is not None and key_id in self.keyring:
+            self.key_id = key_id
+        elif key_id is not None and self.granting is not None:
+            raise KeyringError(f"conversation {conversation} is sealed with key {key_id!r}, which is not in your "
+                               f"keyring {self.granting.keyring_path}: continue it from the app that holds that "
+                               "key, or start a new conversation")
+        elif self.granting is not None:
+            self.key_id = None  # nothing sealed in it yet: a fresh key with the first message
 
     def new_conversation(self) -> str:
         self.conversation, self.parent, self.last_message, self.last_attempt = new_tid(), None, None, 0
+        if self.granting is not None:
+            self.key_id = None  # its own key, made and granted with its first message
         return self.conversation
+
+    async def rotate(self) -> str:
+        """Seal this conversation's next messages with a new key, granted to the bridge;
+        returns its keyId. The older keys stay in the keyring (and granted) for the history."""
+        if self.granting is None:
+            raise GelbridgeError("a new key needs key grants: start with --grant (or [client] grant = true)")
+        return await self._new_granted_key()
+
+    async def _new_granted_key(self) -> str:
+        """A fresh key, saved to the keyring file before any record names it, then granted."""
+        g = self.granting
+        assert g is not None
+        self.keyring, key_id = _add_key_to_file(g.keyring_path)
+        rkey = new_tid()
+        await self.pds.put_record(KEY_GRANT_COLLECTION, rkey, grant_record(
+            self.keyring[key_id], key_id=key_id, bridge=g.bridge, did=self.pds.did, rkey=rkey,
+            created_at=now_datetime()))
+        self.key_id = key_id
+        return key_id
 
     # --- writing ---------------------------------------------------------------------------
 
     async def send(self, text: str = "", parts: Sequence[Part] = ()) -> str:
         """Write a sealed user message (``text`` and/or ``parts``) asking for a reply;
         returns the reply's rkey (``K.r0``)."""
+        key_id = self.key_id if self.key_id is not None else await self._new_granted_key()
         k = new_tid()
         body: list[Part] = [*parts, *([TextPart(text=text)] if text else [])]
         value: dict[str, Any] = {
             "$type": MESSAGE_COLLECTION, "conversation": self.conversation, "role": "user",
             "generation": {"attempt": 0}, "createdAt": now_datetime(),
             "content": seal_content(PlainContent(parts=body), uri=AtUri(self.pds.did, MESSAGE_COLLECTION, k),
-                                    key_id=self.key_id, keyring=self.keyring).to_value(),
+                                    key_id=key_id, keyring=self.keyring).to_value(),
         }
         if self.parent is not None:
             value["parent"] = self.parent
@@ -202,12 +260,64 @@ class ChatClient:
             await asyncio.sleep(POLL_SECONDS)
         return None
 
-    async def _newest_reply(self, conversation: str) -> str | None:
-        best: tuple[str, str] | None = None
+    async def _conversation_state(self, conversation: str) -> tuple[str | None, str | None]:
+        """The conversation's newest reply and the keyId of its newest sealed message."""
+        reply: tuple[str, str] | None = None
+        key: tuple[str, str] | None = None
         async for r in self.pds.iter_records(MESSAGE_COLLECTION):
             v = r.value
-            if isinstance(v, dict) and v.get("conversation") == conversation and v.get("role") == "assistant":
-                when = str(v.get("createdAt") or "")
-                if best is None or when > best[0]:
-                    best = (when, r.rkey)
-        return best[1] if best is not None else None
+            if not isinstance(v, dict) or v.get("conversation") != conversation:
+                continue
+            when = str(v.get("createdAt") or "")
+            if v.get("role") == "assistant" and (reply is None or when > reply[0]):
+                reply = (when, r.rkey)
+            content = v.get("content")
+            if isinstance(content, dict) and isinstance(content.get("keyId"), str) and (key is None or when > key[0]):
+                key = (when, content["keyId"])
+        return (reply[1] if reply else None), (key[1] if key else None)
+
+
+def _app_keyring(settings: Settings, environ: Any, granting: bool) -> tuple[Path | None, Keyring]:
+    """The user's keyring, and its path when granting (the file may not exist yet: the
+    first grant makes it)."""
+    from gelbridge._sealing import load_keyring
+
+    if not granting:
+        ring = load_keyring(settings, environ)
+        if len(ring) == 0:
+            raise ConfigError("the keyring holds no key: add one with 'gelbridge keys new --keyring FILE', "
+                              "or pair with the bridge: --grant")
+        return None, ring
+    raw = settings.keyring.path or environ.get(KEYRING_ENV)
+    if not raw:
+        raise ConfigError("--grant keeps the conversation keys it makes in your keyring: set [keyring] path "
+                          f"(or ${KEYRING_ENV}) to a file (it is created if missing)")
+    path = Path(raw).expanduser()
+    return path, (Keyring.load(path) if path.exists() else Keyring())
+
+
+async def _pair(pds: PdsClient, ring_path: Path, want: str | None, repin: bool,
+                notice: Callable[[str], None]) -> BridgeOffer:
+    """The bridge to grant to: the repo's bridge records against the pin (pinned now when
+    new, and said)."""
+    offers = bridge_offers([(r.rkey, r.value) async for r in pds.iter_records(BRIDGE_COLLECTION)])
+    pins = PinFile.load(pins_path(ring_path))
+    pinned = pins.get(pds.did)
+    offer = choose_bridge(offers, pinned=pinned, want=want, repin=repin)
+    if pinned != Pin(offer.kid, offer.public_key):
+        pins.pin(pds.did, offer)
+        notice(f"pinned bridge {offer.label} for {pds.did} in {pins.path}: check that fingerprint with the "
+               "bridge's operator ('gelbridge keys bridge-show' prints it); a changed key will be refused")
+    return offer
+
+
+def _add_key_to_file(path: Path) -> tuple[Keyring, str]:
+    """Add a fresh key to the keyring file (re-read under a lock, so two apps adding keys at
+    once both keep theirs); returns the keyring now on disk and the new keyId."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path.with_name(path.name + ".lock"), "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        ring = Keyring.load(path) if path.exists() else Keyring()
+        key_id = ring.add_new()
+        ring.save(path)
+    return ring, key_id

@@ -69,6 +69,15 @@ class KeyringConfig(_Section):
         return [v] if isinstance(v, (str, Path)) else v
 
 
+class ClientConfig(_Section):
+    """``[client]``: how ``gelbridge send`` and ``chat`` act as a chat app. ``grant``: each
+    new conversation gets a fresh key in the keyring, granted to the bridge published in
+    the repo (PROTOCOL.md §6); ``bridge``: that bridge's kid, when several are published."""
+
+    grant: bool = False
+    bridge: str | None = None
+
+
 class StateConfig(_Section):
     """``[state]``: a SQLite file in ``dir`` (one worker), or a PostgreSQL database at
     ``url`` shared by a fleet of workers (``gelbridge._state``)."""
@@ -327,6 +336,7 @@ class Settings(_Section):
     account: AccountConfig = Field(default_factory=AccountConfig)
     identity: IdentityConfig = Field(default_factory=IdentityConfig)
     keyring: KeyringConfig = Field(default_factory=KeyringConfig)
+    client: ClientConfig = Field(default_factory=ClientConfig)
     state: StateConfig = Field(default_factory=StateConfig)
     defaults: DefaultsConfig = Field(default_factory=DefaultsConfig)
     providers: dict[str, ProviderConfig] = Field(default_factory=dict)

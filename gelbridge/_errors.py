@@ -89,6 +89,13 @@ class KeyringError(GelbridgeError):
     kind = "invalid_request"
 
 
+class PairingError(GelbridgeError):
+    """An app cannot grant a key to the bridge: none is published, several are and none
+    was chosen, or the published key is not the one pinned (PROTOCOL.md §6)."""
+
+    kind = "invalid_request"
+
+
 #: the environment variable that names the keyring file (here, next to its error, so the
 #: CLI's ``--keyring`` options are declared without importing the crypto and record models)
 KEYRING_ENV: Final = "GELBRIDGE_KEYRING"

@@ -238,7 +238,7 @@ class BridgeKey:
         """True when ``record`` (a bridge record, either form) names this key as it would."""
         if not isinstance(record, Mapping):
             return False
-        pub = _bytes_field(record.get("publicKey"))
+        pub = bytes_field(record.get("publicKey"))
         return (record.get("scheme") == GRANT_SCHEME and pub == self.public_key
                 and record.get("name") == self.name and isinstance(record.get("createdAt"), str))
 
@@ -252,7 +252,8 @@ def _b64(text: Any, source: str, what: str) -> bytes:
         raise KeyringError(f"{source}: {what} is not standard base64") from None
 
 
-def _bytes_field(value: Any) -> bytes | None:
+def bytes_field(value: Any) -> bytes | None:
+    """A record's bytes field in either form (raw, or JSON ``{"$bytes": base64}``), or None."""
     if isinstance(value, (bytes, bytearray, memoryview)):
         return bytes(value)
     if isinstance(value, Mapping) and set(value) == {"$bytes"} and isinstance(value["$bytes"], str):

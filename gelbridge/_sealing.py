@@ -200,23 +200,28 @@ class Keyring(Mapping[str, bytes]):
 
     def save(self, path: str | os.PathLike[str]) -> None:
         """Write the keyring file atomically with mode 0600."""
-        p = Path(path).expanduser()
-        p.parent.mkdir(parents=True, exist_ok=True)
-        data = (json.dumps(self.to_json(), indent=2, sort_keys=True) + "\n").encode("utf-8")
-        fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp", dir=p.parent)
+        write_private_file(Path(path), (json.dumps(self.to_json(), indent=2, sort_keys=True) + "\n").encode())
+
+
+def write_private_file(path: Path, data: bytes) -> None:
+    """Replace ``path`` with ``data`` atomically (a temporary file, fsync, rename), mode
+    0600 from its first byte: a reader sees the old file or the new one, never half."""
+    p = path.expanduser()
+    p.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp", dir=p.parent)
+    try:
+        os.fchmod(fd, 0o600)
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, p)
+    except BaseException:
         try:
-            os.fchmod(fd, 0o600)
-            with os.fdopen(fd, "wb") as f:
-                f.write(data)
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, p)
-        except BaseException:
-            try:
-                os.unlink(tmp)
-            except FileNotFoundError:
-                pass
-            raise
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+        raise
 
 
 def load_keyring(settings: Settings, environ: Mapping[str, str] | None = None) -> Keyring:

@@ -45,6 +45,7 @@ LAYER_OF: dict[str, str] = {
     "_mapping": "core",
     "_sealing": "core",  # crypto, but no I/O: content in, content out
     "_grants": "core",  # HPKE key grants: records in, keys out (and the key file, as _sealing's keyring)
+    "_pairing": "core",  # the app side of key grants: which bridge to trust (pins), the grant record
     "_backoff": "core",
     "_terminal": "core",
     "_config_keys": "core",

@@ -14,6 +14,7 @@ import os
 import sys
 import threading
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -28,6 +29,17 @@ ConfigOpt = Annotated[Path | None, typer.Option("--config", "-c", help="TOML con
 ConversationOpt = Annotated[str | None, typer.Option("--conversation", help="Continue this conversation "
                                                         "(its rkey); default: a new one.")]
 TimeoutOpt = Annotated[float, typer.Option("--timeout", help="Seconds to wait for each reply.")]
+GrantOpt = Annotated[bool | None, typer.Option(
+    "--grant/--no-grant", show_default=False,
+    help="Pair with the bridge as an app on another machine would (PROTOCOL.md §6): a new conversation "
+         "gets a fresh key in your keyring, granted to the bridge key published in the repo, whose "
+         "fingerprint is pinned on first use. Default: [client] grant.")]
+BridgeOpt = Annotated[str | None, typer.Option(
+    "--bridge", metavar="KID", help="The bridge key to grant to, when the repo publishes several "
+                                    "(default: [client] bridge, the pinned one, or the only one).")]
+RepinOpt = Annotated[bool, typer.Option(
+    "--repin", help="Trust the bridge key now published although it differs from the pinned one "
+                    "(only after checking its fingerprint with the bridge's operator).")]
 
 
 @app.command("send")
@@ -37,31 +49,53 @@ def send_command(
     conversation: ConversationOpt = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the final reply record, opened, as JSON.")] = False,
     timeout: TimeoutOpt = 300.0,
+    grant: GrantOpt = None,
+    bridge: BridgeOpt = None,
+    repin: RepinOpt = False,
 ) -> None:
     """Send a sealed message as a chat app would, and print the reply as it streams in.
 
-    The message is sealed with the keyring's first key and asks for a reply; a running
-    'gelbridge run' (or any gelbridge serving the account) answers it. Prints the
-    conversation and message keys on stderr, so '--conversation' can continue it.
+    The message is sealed with the keyring's first key (with --grant: the conversation's
+    own key, granted to the bridge) and asks for a reply; a running 'gelbridge run' (or
+    any gelbridge serving the account) answers it. Prints the conversation and message
+    keys on stderr, so '--conversation' can continue it.
     """
     import asyncio
 
     from gelbridge._config import load_config
 
     settings = load_config(config)
-    raise typer.Exit(asyncio.run(_send(settings, text, conversation, as_json, timeout)))
+    pairing = Pairing(grant, bridge, repin)
+    raise typer.Exit(asyncio.run(_send(settings, text, conversation, as_json, timeout, pairing)))
 
 
-async def _send(settings: Any, text: str, conversation: str | None, as_json: bool, timeout: float) -> int:
+@dataclass(frozen=True)
+class Pairing:
+    """The key-grant options of ``send`` and ``chat``."""
+
+    grant: bool | None = None
+    bridge: str | None = None
+    repin: bool = False
+
+
+async def _login(settings: Any, pairing: Pairing, notice: Callable[[str], None]) -> Any:
     from gelbridge._chat_client import ChatClient
 
-    client = await ChatClient.login(settings, os.environ)
+    return await ChatClient.login(settings, os.environ, grant=pairing.grant, bridge=pairing.bridge,
+                                  repin=pairing.repin, notice=notice)
+
+
+async def _send(settings: Any, text: str, conversation: str | None, as_json: bool, timeout: float,
+                pairing: Pairing = Pairing()) -> int:
+    client = await _login(settings, pairing, lambda line: print(safe_line(line), file=sys.stderr))
     try:
         if conversation:
             await client.join(conversation)
         rkey = await client.send(text)
-        print(safe_line(f"sent {client.last_message} in conversation {client.conversation}; waiting for the reply "
-                        f"(up to {timeout:g} s)"), file=sys.stderr)
+        sealed = (f" (key {client.key_id}, granted to bridge {client.granting.bridge.kid})"
+                  if client.granting is not None else "")
+        print(safe_line(f"sent {client.last_message} in conversation {client.conversation}{sealed}; waiting for "
+                        f"the reply (up to {timeout:g} s)"), file=sys.stderr)
         shown: list[str] = []
 
         def on_text(delta: str) -> None:
@@ -99,7 +133,7 @@ def _ended_badly(reply: Any, err: Any) -> int:
 
 
 CHAT_HELP = ("Type a message and press Enter. /regen asks again for the last answer, /new starts a new "
-             "conversation, /quit (or Ctrl-D) leaves.")
+             "conversation, /rotate gives it a new key (with --grant), /quit (or Ctrl-D) leaves.")
 
 
 @app.command("chat")
@@ -107,21 +141,27 @@ def chat_command(
     config: ConfigOpt = None,
     conversation: ConversationOpt = None,
     timeout: TimeoutOpt = 300.0,
+    grant: GrantOpt = None,
+    bridge: BridgeOpt = None,
+    repin: RepinOpt = False,
 ) -> None:
     """Chat with the bot interactively, as a chat app would.
 
     Replies stream in as the worker updates them. A tool call that needs your approval
     is shown with its input and a y/n question; the answer goes back as the protocol's
     approval message. /regen asks again for the last answer (a new attempt), /new
-    starts a new conversation, /quit or Ctrl-D leaves.
+    starts a new conversation, /rotate gives it a new key granted to the bridge (with
+    --grant; the history still opens), /quit or Ctrl-D leaves.
     """
     import asyncio
 
     from gelbridge._config import load_config
 
     settings = load_config(config)
+    pairing = Pairing(grant, bridge, repin)
     try:
-        raise typer.Exit(asyncio.run(chat(settings, conversation, timeout, _stdin_line, sys.stdout)))
+        raise typer.Exit(asyncio.run(chat(settings, conversation, timeout, _stdin_line, sys.stdout,
+                                          pairing=pairing)))
     except KeyboardInterrupt:
         print(file=sys.stdout)
         raise typer.Exit(130) from None
@@ -154,18 +194,17 @@ async def _stdin_line(prompt: str) -> str | None:
 
 
 async def chat(settings: Any, conversation: str | None, timeout: float,
-               read_line: Callable[[str], Awaitable[str | None]], out: Any, *, client: Any = None) -> int:
+               read_line: Callable[[str], Awaitable[str | None]], out: Any, *, client: Any = None,
+               pairing: Pairing = Pairing()) -> int:
     """The chat loop; ``read_line(prompt)`` returns a line, or None at the end of input.
     ``client``: a logged-in :class:`~gelbridge._chat_client.ChatClient` to use (and not
     close; ``gelbridge demo --chat``), else one logs in for ``settings``."""
-    from gelbridge._chat_client import ChatClient
-
     def say(line: str = "") -> None:  # every line names what a record says: shown, never obeyed
         print(safe_line(line), file=out, flush=True)
 
     owned = client is None
     if client is None:
-        client = await ChatClient.login(settings, os.environ)
+        client = await _login(settings, pairing, say)
     try:
         if conversation:
             await client.join(conversation)
@@ -194,6 +233,10 @@ async def chat(settings: Any, conversation: str | None, timeout: float,
                         continue
                     if cmd == "/new":
                         say(f"new conversation {client.new_conversation()}")
+                        continue
+                    if cmd == "/rotate":
+                        say(f"new key {await client.rotate()} for this conversation, granted to bridge "
+                            f"{client.granting.bridge.kid}; the earlier messages still open with their keys")
                         continue
                     if cmd == "/regen":
                         rkey = await client.regenerate()

@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from gelbridge._errors import PdsError
-from gelbridge._grants import AccountKeys, BridgeKeys, GrantBook
+from gelbridge._grants import AccountKeys, BridgeKey, BridgeKeys, GrantBook
 from gelbridge._records import BRIDGE_COLLECTION, KEY_GRANT_COLLECTION, now_datetime
 from gelbridge._seams import Repo
 
@@ -57,7 +57,20 @@ class AccountGrants:
             if write:
                 await self.pds.put_record(BRIDGE_COLLECTION, current.kid, current.record_value(now_datetime()))
             self.published = "published"
+        for older in list(self.bridge)[1:]:
+            await self._put_right(older, write=write)
         return self.published
+
+    async def _put_right(self, key: BridgeKey, *, write: bool) -> None:
+        """An older key's record that holds another key is rewritten (apps pinned to it
+        refuse the impostor); a missing one stays missing: retiring it is the operator's."""
+        got = await self.pds.get_record(BRIDGE_COLLECTION, key.kid)
+        if got is None or key.is_published_by(got[1]):
+            return
+        log.warning("%s: the bridge record %s does not hold this bridge's key %s%s", self.label, key.kid, key.kid,
+                    ": put right" if write else "")
+        if write:
+            await self.pds.put_record(BRIDGE_COLLECTION, key.kid, key.record_value(now_datetime()))
 
     async def load(self) -> None:
         """List every grant of the account and take that as the whole truth (at start, and
