@@ -251,3 +251,26 @@ async def test_a_restarted_worker_honours_grants_before_answering_what_waited(
         assert worker.grants.published == "kept"
         rec, content = await app.wait_status(f"{k}.r0", {"complete", "error"}, timeout=30)
         assert rec.status == "complete" and text_of(content) == "You said: waited"
+
+
+async def test_a_blob_sealed_with_a_granted_key_opens_and_not_after_revocation(
+        dev_pds: DevPds, pds_account: AccountInfo, tmp_path: Path, model_server: ModelServer, app: App) -> None:
+    from .test_oversized_request import send_files, upload_text
+
+    bridge = BridgeKey.generate(kid="b-files")
+    key = os.urandom(32)
+    app.keyring, app.key_id = app_keyring(("k-file", key)), "k-file"
+    async with running_worker(bridge_settings(dev_pds, pds_account, tmp_path, model_server, bridge),
+                              pds_account, Keyring()) as worker:
+        g = await write_grant(app, bridge, "k-file", key)
+        assert (await seen(worker, g)).honoured
+        blob = await upload_text(app, b"the grant opened this file")
+        k = await send_files(app, new_tid(), "read it", [(blob, "note.txt")])
+        rec, _ = await app.wait_status(f"{k}.r0", {"complete", "error"}, timeout=30)
+        assert rec.status == "complete", rec.error
+        assert "the grant opened this file" in json.dumps(model_server.requests[-1].body)
+        await app.pds.delete_record(KEY_GRANT_COLLECTION, g)
+        await seen(worker, g, gone=True)
+        k = await send_files(app, new_tid(), "again", [(blob, "note.txt")])
+        rec, _ = await app.wait_status(f"{k}.r0", {"complete", "error"}, timeout=30)
+        assert rec.status == "error" and rec.error.kind == "decrypt_failed"
