@@ -352,7 +352,9 @@ class PollSource:
         """Nothing to wait for: a poll hands its records over one at a time, inside :meth:`run`."""
 
     async def poll_once(self) -> int:
-        n = 0
+        # grants first: a message an app wrote right after its grant (or right after
+        # deleting one) must meet the keys as they were when it was written
+        n = await self._poll_grants() if self.follow_grants else 0
         async for r in self.pds.iter_records(MESSAGE_COLLECTION, page_size=100):
             if await self.store.was_seen(self.did, r.rkey, r.cid):
                 continue
@@ -363,8 +365,6 @@ class PollSource:
             if outcome == "handled":
                 n += 1
             await self.store.mark_seen(self.did, r.rkey, r.cid)
-        if self.follow_grants:
-            n += await self._poll_grants()
         self.polls += 1
         return n
 

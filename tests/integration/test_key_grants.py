@@ -227,13 +227,22 @@ async def test_the_poll_source_follows_grant_creates_and_deletes(
     async with running_worker(s, pds_account, Keyring()) as worker:
         g = await write_grant(app, bridge, "k-p", key)
         assert (await seen(worker, g)).honoured
-        app.keyring = app_keyring(("k-p", key))
+        app.keyring = app_keyring(("k-p", key), *((f"k-q{i}", key) for i in range(3)))
         rec, content = await ask(app, "polled", "k-p")
         assert rec.status == "complete" and text_of(content) == "You said: polled"
         await app.pds.delete_record(KEY_GRANT_COLLECTION, g)
         await seen(worker, g, gone=True)
         rec, _ = await ask(app, "revoked", "k-p")
         assert rec.error is not None and rec.error.kind == "decrypt_failed"
+        # an app writes its grant and at once the message (both land between two polls, mostly):
+        # the poll reads grants first, so the message meets its key; likewise a delete
+        for i in range(3):
+            g = await write_grant(app, bridge, f"k-q{i}", key)
+            rec, content = await ask(app, f"at once {i}", f"k-q{i}")
+            assert rec.status == "complete" and text_of(content) == f"You said: at once {i}", rec.error
+            await app.pds.delete_record(KEY_GRANT_COLLECTION, g)
+            rec, _ = await ask(app, f"revoked at once {i}", f"k-q{i}")
+            assert rec.error is not None and rec.error.kind == "decrypt_failed"
 
 
 async def test_a_restarted_worker_honours_grants_before_answering_what_waited(
