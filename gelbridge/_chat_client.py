@@ -111,13 +111,14 @@ class ChatClient:
     granting: Granting | None = None
 
     @classmethod
-    async def login(cls, settings: Settings, environ: Any, *, grant: bool | None = None, bridge: str | None = None,
-                    repin: bool = False, notice: Callable[[str], None] = lambda line: None) -> ChatClient:
+    async def login(cls, settings: Settings, environ: Any, *, grant: bool | None = None,
+                    pairing: PairingChoice | None = None,
+                    notice: Callable[[str], None] = lambda line: None) -> ChatClient:
         """Log in to the account of ``settings`` (the first ``[[accounts]]`` entry, or
         ``[account]``) with its app password and keyring. ``grant`` (default ``[client]
-        grant``): pair with the bridge published in the repo (``bridge``: its kid, when
-        several are; ``repin``: trust a key other than the pinned one); ``notice`` gets
-        what the user should see (the fingerprint, when a bridge is pinned)."""
+        grant``): pair with the bridge published in the repo, as ``pairing`` says (default:
+        ``[client]``); ``notice`` gets what the user should see (the fingerprint, when a
+        bridge is pinned)."""
         from gelbridge._identity import check_session_did, pds_url_of
 
         acct = settings.for_account(settings.accounts_list()[0]) if settings.accounts else settings
@@ -136,7 +137,10 @@ class ChatClient:
             check_session_did(session.did, expected_did, a.identifier, url)
             paired = None
             if ring_path is not None:
-                offer = await _pair(pds, ring_path, bridge or settings.client.bridge, repin, notice)
+                choice = pairing or PairingChoice()
+                choice = PairingChoice(choice.bridge or settings.client.bridge, choice.repin,
+                                       choice.fingerprint or settings.client.fingerprint)
+                offer = await _pair(pds, ring_path, choice, notice)
                 paired = Granting(ring_path, offer)
         except BaseException:
             await pds.aclose()
@@ -296,14 +300,25 @@ def _app_keyring(settings: Settings, environ: Any, granting: bool) -> tuple[Path
     return path, (Keyring.load(path) if path.exists() else Keyring())
 
 
-async def _pair(pds: PdsClient, ring_path: Path, want: str | None, repin: bool,
+@dataclass(frozen=True)
+class PairingChoice:
+    """Which bridge to grant keys to (``--bridge``, ``--repin``, ``--fingerprint``; see
+    :func:`gelbridge._pairing.choose_bridge`)."""
+
+    bridge: str | None = None
+    repin: bool = False
+    fingerprint: str | None = None
+
+
+async def _pair(pds: PdsClient, ring_path: Path, choice: PairingChoice,
                 notice: Callable[[str], None]) -> BridgeOffer:
     """The bridge to grant to: the repo's bridge records against the pin (pinned now when
     new, and said)."""
     offers = bridge_offers([(r.rkey, r.value) async for r in pds.iter_records(BRIDGE_COLLECTION)])
     pins = PinFile.load(pins_path(ring_path))
     pinned = pins.get(pds.did)
-    offer = choose_bridge(offers, pinned=pinned, want=want, repin=repin)
+    offer = choose_bridge(offers, pinned=pinned, want=choice.bridge, repin=choice.repin,
+                          fingerprint=choice.fingerprint)
     if pinned != Pin(offer.kid, offer.public_key):
         pins.pin(pds.did, offer)
         notice(f"pinned bridge {offer.label} for {pds.did} in {pins.path}: check that fingerprint with the "

@@ -72,10 +72,13 @@ class KeyringConfig(_Section):
 class ClientConfig(_Section):
     """``[client]``: how ``gelbridge send`` and ``chat`` act as a chat app. ``grant``: each
     new conversation gets a fresh key in the keyring, granted to the bridge published in
-    the repo (PROTOCOL.md §6); ``bridge``: that bridge's kid, when several are published."""
+    the repo (PROTOCOL.md §6); ``bridge``: that bridge's kid, when several are published;
+    ``fingerprint``: the bridge key's fingerprint as its operator gave it (only that key
+    is trusted and pinned)."""
 
     grant: bool = False
     bridge: str | None = None
+    fingerprint: str | None = None
 
 
 class StateConfig(_Section):

@@ -86,10 +86,15 @@ class Pin:
 
 
 def choose_bridge(offers: list[BridgeOffer], *, pinned: Pin | None, want: str | None = None,
-                  repin: bool = False) -> BridgeOffer:
+                  repin: bool = False, fingerprint: str | None = None) -> BridgeOffer:
     """The bridge to grant keys to: ``want`` (``--bridge KID``), else the pinned one, else
     the only one. A pinned key that changed or is gone is refused (PairingError saying what
-    to check) unless ``repin``; so is a choice of another kid than the pinned one."""
+    to check) unless ``repin``; so is a choice of another kid than the pinned one.
+
+    ``fingerprint`` (``--fingerprint``, as the operator gave it): only the key with that
+    fingerprint is taken, pin or no pin: the user checked it, which is what ``repin`` asks."""
+    if fingerprint is not None:
+        return _by_fingerprint(offers, fingerprint, want)
     trust = pinned if not repin else None
     kid = want or (trust.kid if trust is not None else None)
     if kid is not None:
@@ -109,6 +114,17 @@ def choose_bridge(offers: list[BridgeOffer], *, pinned: Pin | None, want: str | 
     if trust is not None:
         _check_pin(offer, trust)
     return offer
+
+
+def _by_fingerprint(offers: list[BridgeOffer], fingerprint: str, want: str | None) -> BridgeOffer:
+    fp = fingerprint.strip().lower()
+    for o in offers:
+        if o.fingerprint == fp and (want is None or o.kid == want):
+            return o
+    named = f" as {want}" if want else ""
+    raise PairingError(f"no bridge key with fingerprint {fp} is published in this repo{named}; {_listing(offers)}. "
+                       "Nothing was sent: check the fingerprint 'gelbridge keys bridge-show' prints with the "
+                       "bridge's operator")
 
 
 def _check_pin(offer: BridgeOffer, pin: Pin) -> None:

@@ -37,6 +37,10 @@ GrantOpt = Annotated[bool | None, typer.Option(
 BridgeOpt = Annotated[str | None, typer.Option(
     "--bridge", metavar="KID", help="The bridge key to grant to, when the repo publishes several "
                                     "(default: [client] bridge, the pinned one, or the only one).")]
+FingerprintOpt = Annotated[str | None, typer.Option(
+    "--fingerprint", metavar="FP", help="The bridge key's fingerprint as its operator gave it ('gelbridge keys "
+                                        "bridge-show'): only that key is trusted, and pinned (default: [client] "
+                                        "fingerprint; without it, the first key seen is pinned).")]
 RepinOpt = Annotated[bool, typer.Option(
     "--repin", help="Trust the bridge key now published although it differs from the pinned one "
                     "(only after checking its fingerprint with the bridge's operator).")]
@@ -51,6 +55,7 @@ def send_command(
     timeout: TimeoutOpt = 300.0,
     grant: GrantOpt = None,
     bridge: BridgeOpt = None,
+    fingerprint: FingerprintOpt = None,
     repin: RepinOpt = False,
 ) -> None:
     """Send a sealed message as a chat app would, and print the reply as it streams in.
@@ -65,7 +70,7 @@ def send_command(
     from gelbridge._config import load_config
 
     settings = load_config(config)
-    pairing = Pairing(grant, bridge, repin)
+    pairing = Pairing(grant, bridge, repin, fingerprint)
     raise typer.Exit(asyncio.run(_send(settings, text, conversation, as_json, timeout, pairing)))
 
 
@@ -76,13 +81,14 @@ class Pairing:
     grant: bool | None = None
     bridge: str | None = None
     repin: bool = False
+    fingerprint: str | None = None
 
 
 async def _login(settings: Any, pairing: Pairing, notice: Callable[[str], None]) -> Any:
-    from gelbridge._chat_client import ChatClient
+    from gelbridge._chat_client import ChatClient, PairingChoice
 
-    return await ChatClient.login(settings, os.environ, grant=pairing.grant, bridge=pairing.bridge,
-                                  repin=pairing.repin, notice=notice)
+    choice = PairingChoice(pairing.bridge, pairing.repin, pairing.fingerprint)
+    return await ChatClient.login(settings, os.environ, grant=pairing.grant, pairing=choice, notice=notice)
 
 
 async def _send(settings: Any, text: str, conversation: str | None, as_json: bool, timeout: float,
@@ -143,6 +149,7 @@ def chat_command(
     timeout: TimeoutOpt = 300.0,
     grant: GrantOpt = None,
     bridge: BridgeOpt = None,
+    fingerprint: FingerprintOpt = None,
     repin: RepinOpt = False,
 ) -> None:
     """Chat with the bot interactively, as a chat app would.
@@ -158,7 +165,7 @@ def chat_command(
     from gelbridge._config import load_config
 
     settings = load_config(config)
-    pairing = Pairing(grant, bridge, repin)
+    pairing = Pairing(grant, bridge, repin, fingerprint)
     try:
         raise typer.Exit(asyncio.run(chat(settings, conversation, timeout, _stdin_line, sys.stdout,
                                           pairing=pairing)))

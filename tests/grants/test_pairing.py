@@ -115,3 +115,13 @@ def test_a_grant_record_is_honoured_by_its_bridge_only_where_it_was_written() ->
     assert read_grant(value, did="did:plc:other", rkey="3mbd3aaaaaaa2", bridge=BridgeKeys([bridge])).code \
         == "sealed_key"
     assert read_grant(value, did=DID, rkey="3mbd3aaaaaaa2", bridge=BridgeKeys([other])).code == "sealed_key"
+
+
+def test_a_fingerprint_given_by_the_operator_picks_the_key_and_overrides_the_pin() -> None:
+    a, b = offer(BridgeKey.generate(kid="b-a")), offer(BridgeKey.generate(kid="b-b"))
+    assert choose_bridge([a, b], pinned=None, fingerprint=b.fingerprint.upper() + " ") == b
+    assert choose_bridge([a, b], pinned=Pin("b-a", a.public_key), fingerprint=b.fingerprint) == b  # checked
+    with pytest.raises(PairingError, match="no bridge key with fingerprint 0000.*Nothing was sent"):
+        choose_bridge([a, b], pinned=None, fingerprint="0000-0000-0000-0000-0000-0000")
+    with pytest.raises(PairingError, match="as b-a"):
+        choose_bridge([a, b], pinned=None, want="b-a", fingerprint=b.fingerprint)

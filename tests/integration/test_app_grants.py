@@ -6,7 +6,8 @@ all: the app shares nothing with it but the repo.
   conversation gets a fresh key, saved there (0600) and granted; ``--conversation`` goes
   on with its key;
 - a bridge record replaced by another key, or a pinned key retired, is refused loudly and
-  nothing is written, until ``--repin``; with several bridges and no pin, ``--bridge KID``;
+  nothing is written, until ``--repin``; with several bridges and no pin, ``--bridge KID`` or
+  the operator's ``--fingerprint``;
 - ``/rotate`` in ``chat`` gives the conversation a new key and the history still opens.
 """
 
@@ -133,8 +134,15 @@ async def test_a_changed_or_retired_bridge_key_is_refused_until_repinned(
         other = app_config(tmp_path / "laptop", dev_pds.pds_url, pds_account)  # a second app, no pin yet
         code, _, err = await gelbridge(other, "send", "which one?", "--grant", password=pw)
         assert code == 1 and "2 bridge keys are published" in err and "--bridge KID" in err, err
-        code, out, err = await gelbridge(other, "send", "this one", "--grant", "--bridge", "b-two", password=pw)
+        code, _, err = await gelbridge(other, "send", "is it you?", "--grant", "--fingerprint",
+                                       "0000-0000-0000-0000-0000-0000", password=pw)
+        assert code == 1 and "no bridge key with fingerprint 0000" in err, err
+        code, out, err = await gelbridge(other, "send", "this one", "--grant", "--fingerprint", two.fingerprint,
+                                         password=pw)  # the operator's fingerprint picks b-two of the two
         assert code == 0 and out.strip() == "You said: this one" and "pinned bridge b-two" in err, err
+        third = app_config(tmp_path / "tablet", dev_pds.pds_url, pds_account)
+        code, out, err = await gelbridge(third, "send", "or by kid", "--grant", "--bridge", "b-two", password=pw)
+        assert code == 0 and out.strip() == "You said: or by kid" and "pinned bridge b-two" in err, err
         # ... and retires b-one ('gelbridge keys bridge-retire b-one' deletes its record)
         await app.pds.delete_record(BRIDGE_COLLECTION, "b-one")
         code, _, err = await gelbridge(cfg, "send", "hello?", "--grant", password=pw)
