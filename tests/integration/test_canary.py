@@ -9,10 +9,15 @@ Then every place outside ciphertext is searched for it: every log line of every 
 at DEBUG (tracebacks included), every state file, every unsealed field of every record
 in the repo, and the default output of the offline CLI (``convert``, ``convert --to``,
 ``reply``) on the same records.
+
+Key grants (PROTOCOL.md §6): with a bridge key and a granted conversation key, neither
+that key nor the bridge's private key (raw, base64 std or urlsafe, padded or not, hex)
+is in any log line, any file under the state dir, ``gelbridge status`` or /metrics.
 """
 
 from __future__ import annotations
 
+import base64
 import json
 import logging
 import os
@@ -39,7 +44,7 @@ from gelbridge._records import (
 )
 from gelbridge._sealing import Keyring, seal_blob, seal_content, seal_value
 
-from .conftest import App, make_settings, running_worker
+from .conftest import App, http_of, make_settings, running_worker, text_of
 from .test_tools_approval import WAIT, mcp_servers
 
 pytestmark = [pytest.mark.pds, pytest.mark.timeout(300)]
@@ -208,3 +213,79 @@ async def test_a_canary_in_every_kind_of_content_appears_nowhere_outside_ciphert
     shown = run_cli("convert", "--keyring", str(ring), "--config", str(cfg), "--message", k1, "repo.car",
                     "--show-content", cwd=tmp_path)
     assert hits(shown.stderr) and hits(shown.stdout)
+
+
+def forms(raw: bytes) -> list[bytes]:
+    """Every way a key could be written out: raw, base64 (std and urlsafe, padded and
+    not) and hex (either case)."""
+    std, url = base64.b64encode(raw), base64.urlsafe_b64encode(raw)
+    return [raw, std, std.rstrip(b"="), url, url.rstrip(b"="), raw.hex().encode(), raw.hex().upper().encode()]
+
+
+def key_leaks(blob: bytes | str, keys: dict[str, bytes]) -> list[str]:
+    data = blob.encode("utf-8", "surrogateescape") if isinstance(blob, str) else blob
+    return [f"{name} ({i})" for name, raw in keys.items() for i, f in enumerate(forms(raw)) if f in data]
+
+
+async def test_neither_a_granted_key_nor_the_bridge_key_appears_in_logs_state_status_or_metrics(
+    dev_pds: DevPds, pds_account: AccountInfo, app: App, model_server: ModelServer, tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    import httpx
+
+    from gelbridge._grants import BridgeKey
+    from gelbridge._records import KEY_GRANT_COLLECTION
+
+    from .test_key_grants import app_keyring, ask, seen, write_grant
+
+    caplog.set_level(logging.DEBUG)
+    bridge = BridgeKey.generate(kid="b-canary", name="canary bridge")
+    key_file = tmp_path / "keys" / "bridge.json"
+    bridge.save(key_file)
+    granted, refused = os.urandom(32), os.urandom(32)
+    secret = {"bridge private key": bridge.private_key.private_bytes_raw(), "granted key": granted,
+              "key of a tampered grant": refused}
+    assert "bridge private key (1)" in key_leaks(key_file.read_bytes(), secret)  # the search finds it where it is
+    state = tmp_path / "state"
+    settings = make_settings(dev_pds.pds_url, pds_account, state, model_server.url,
+                             keyring={"bridge_key": [str(key_file)]}, observability={"listen": "127.0.0.1:0"})
+    async with running_worker(settings, pds_account, Keyring()) as worker:
+        good = await write_grant(app, bridge, "k-canary", granted)
+        bad = await write_grant(app, bridge, "k-refused", refused, tamper=60)
+        assert (await seen(worker, good)).honoured and (await seen(worker, bad)).code == "sealed_key"
+        app.keyring = app_keyring(("k-canary", granted), ("k-refused", refused))
+        rec, content = await ask(app, "granted canary", "k-canary")
+        assert rec.status == "complete" and text_of(content) == "You said: granted canary"
+        rec, _ = await ask(app, "refused canary", "k-refused")
+        assert rec.error is not None and rec.error.kind == "decrypt_failed"
+        await app.pds.delete_record(KEY_GRANT_COLLECTION, good)
+        await seen(worker, good, gone=True)
+        await worker.wait_idle(10)
+        host, port = http_of(worker).sockets[0].getsockname()[:2]
+        async with httpx.AsyncClient(base_url=f"http://{host}:{port}", timeout=10) as http:
+            metrics = (await http.get("/metrics")).text
+        assert "gelbridge_key_grants" in metrics
+        startup = "\n".join(worker.startup_lines("firehose"))
+    # every log line, at every level (tracebacks and the JSON form included), the start-up lines
+    fmt = JsonFormatter()
+    for r in caplog.records:
+        assert not key_leaks(r.getMessage() + str(r.exc_text or "") + fmt.format(r), secret), r.getMessage()
+    assert not key_leaks(caplog.text, secret) and not key_leaks(startup, secret)
+    assert any(f"key grant {bad} ignored" in r.getMessage() for r in caplog.records)  # it was logged, keyless
+    # /metrics
+    assert not key_leaks(metrics, secret)
+    # every file under the state dir (the SQLite db, its WAL, anything else)
+    files = [f for f in state.rglob("*") if f.is_file()]
+    assert any(f.suffix == ".db" or f.name.endswith(".sqlite3") or "db" in f.name for f in files), files
+    for f in files:
+        assert not key_leaks(f.read_bytes(), secret), f
+    # `gelbridge status`, text and JSON
+    cfg = tmp_path / "status.toml"
+    cfg.write_text(f'[account]\npds = "{dev_pds.pds_url}"\nidentifier = "{pds_account.handle}"\n'
+                   f'[keyring]\nbridge_key = "{key_file}"\n[state]\ndir = "{state}"\n')
+    for extra in ([], ["--json"]):
+        out = run_cli("status", "--config", str(cfg), *extra, cwd=tmp_path)
+        assert out.returncode == 0, out.stderr
+        assert not key_leaks(out.stdout + out.stderr, secret), extra
+    rep = json.loads(run_cli("status", "--config", str(cfg), "--json", cwd=tmp_path).stdout)
+    assert (rep["accounts"][0]["grants"]["honoured"], rep["accounts"][0]["grants"]["ignored"]) == (0, 1)
