@@ -8,6 +8,8 @@
   ``gelbridge status`` say so while A's do not;
 - Jetstream: a worker fed by a Jetstream stand-in (fed from the PDS firehose) asks for
   the keyGrant collection and follows grant creates and deletes;
+- poll: a grant and the message sealed with its key, both written between two polls,
+  open (the poll hands the grants over first);
 - the library: a :class:`~gelbridge.Bridge` fed by a consumer of our own (the SDK's
   firehose client), given the bridge key in its ``environ``, honours the grant records it
   is fed, and forgets a deleted one;
@@ -50,7 +52,7 @@ from gelbridge._worker.sources import FirehoseSource
 from testkit.frames import jetstream_event
 from testkit.jetstream_server import JetstreamServer
 
-from .conftest import App, running_worker, text_of
+from .conftest import App, running_worker, source_of, text_of
 from .test_fleet import LEASE, owners, pid_of, wait_for
 from .test_key_grants import app_keyring, ask, bridge_settings, seen, write_grant
 from .test_observability import samples
@@ -220,6 +222,25 @@ async def test_jetstream_a_worker_follows_grant_creates_and_deletes(
             finally:
                 relay_task.cancel()
                 await asyncio.gather(relay_task, return_exceptions=True)
+
+
+# --- 2b. poll: a grant and its message between two polls -------------------------------------
+
+
+async def test_poll_a_grant_and_the_message_using_it_written_between_two_polls_opens(
+        dev_pds: DevPds, pds_account: AccountInfo, tmp_path: Path, model_server: ModelServer, app: App) -> None:
+    bridge = BridgeKey.generate(kid="b-poll2")
+    key = os.urandom(32)
+    s = bridge_settings(dev_pds, pds_account, tmp_path, model_server, bridge,
+                        watch={"source": "poll", "poll_interval": 600})  # the test polls
+    async with running_worker(s, pds_account, Keyring()) as worker:
+        g = await write_grant(app, bridge, "k-p2", key)
+        app.keyring = app_keyring(("k-p2", key))
+        k = await app.send("between two polls", conversation=new_tid(), key_id="k-p2")
+        assert await source_of(worker).poll_once() == 2  # one poll finds both
+        assert (await seen(worker, g)).honoured
+        rec, content = await app.wait_status(f"{k}.r0", {"complete", "error"}, timeout=30)
+        assert rec.status == "complete" and text_of(content) == "You said: between two polls", rec
 
 
 # --- 3. the library: a Bridge fed by a consumer ----------------------------------------------

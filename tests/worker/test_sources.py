@@ -18,7 +18,7 @@ import websockets
 
 from gelbridge._errors import PdsUnavailable
 from gelbridge._firehose import RepoEvent
-from gelbridge._records.constants import MESSAGE_COLLECTION
+from gelbridge._records.constants import KEY_GRANT_COLLECTION, MESSAGE_COLLECTION
 from gelbridge._state import SqliteStore
 from gelbridge._worker import sources
 from gelbridge._worker.sources import FirehoseSource, PollSource
@@ -194,14 +194,31 @@ async def test_firehose_skips_an_event_that_fails_for_good_and_stopping_keeps_a_
 
 
 class ListingPds:
-    """What PollSource reads: ``iter_records`` of the message collection."""
+    """What PollSource reads: ``iter_records`` of the message collection (and of the key
+    grants: ``grants``)."""
 
-    def __init__(self, rkeys: list[str]) -> None:
-        self.rkeys = rkeys
+    def __init__(self, rkeys: list[str], grants: list[str] | None = None) -> None:
+        self.rkeys, self.grants = rkeys, grants or []
 
     async def iter_records(self, collection: str, page_size: int = 100) -> Any:
-        for k in self.rkeys:
+        for k in (self.grants if collection == KEY_GRANT_COLLECTION else self.rkeys):
             yield type("Rec", (), {"rkey": k, "cid": f"cid-{k}", "value": {"k": k}})()
+
+
+async def test_a_poll_hands_over_the_key_grants_before_the_messages(store: Any) -> None:
+    """A grant and the message sealed with its key, both new since the last poll: the
+    grant first, or the message would be answered without its key (``decrypt_failed``)."""
+    calls: list[tuple[str, str]] = []
+
+    async def handler(ev: Any) -> None:
+        calls.append((ev.collection, ev.rkey))
+
+    pds = ListingPds([], [])
+    src = PollSource(pds, DID, store, handler, interval=0.01, follow_grants=True)
+    await src.poll_once()  # the first poll hands over the listed grants (none yet)
+    pds.rkeys, pds.grants = ["m1"], ["g1"]
+    assert await src.poll_once() == 2
+    assert calls == [(KEY_GRANT_COLLECTION, "g1"), (MESSAGE_COLLECTION, "m1")]
 
 
 async def test_poll_retries_a_transient_failure_at_the_next_poll_and_skips_one_that_fails_for_good(
