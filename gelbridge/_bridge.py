@@ -32,7 +32,9 @@ socket stops being read, and a relay eventually drops a consumer that is too slo
 
 **Order.** Records are spread over ``shards`` queues by (DID, message rkey): the
 events of one message (its create, its regenerations, its replies) are handled in the
-order fed; different messages run concurrently.
+order fed; different messages run concurrently. A key grant record (PROTOCOL.md §6) is
+queued behind no shard: it is in force (or revoked) before any record fed after it is
+handled, so the message an app seals with a key it just granted opens.
 
 **Cursors.** A record's effects are durable (claim written, or nothing to do) when
 ``Worker.handle_event`` returns; :attr:`pending` counts records fed but not yet there.
@@ -73,6 +75,7 @@ from gelbridge._ingest import (
     from_record,
 )
 from gelbridge._observability import Watched
+from gelbridge._records import KEY_GRANT_COLLECTION
 from gelbridge._runtime import Account, AccountMixup, Runtime, StaticAccounts, WorkerFactory
 from gelbridge._runtime.intake import run_until, stop_tasks
 from gelbridge._runtime.shared import SharedClients
@@ -145,6 +148,7 @@ class Bridge:
         self._loop_thread: int | None = None
         self._shards: list[asyncio.Queue[_Item]] = []
         self._tasks: list[asyncio.Task[Any]] = []
+        self._grant_tasks: set[asyncio.Task[Any]] = set()
         self._slots = threading.Semaphore(queue_size)
         self._room = asyncio.Event()
         self._lock = threading.Lock()
@@ -224,7 +228,7 @@ class Bridge:
         self._running = False
         g = self.settings.worker.shutdown_grace if grace is None else grace
         await self.join(timeout=g)
-        await stop_tasks(self._tasks)
+        await stop_tasks([*self._tasks, *self._grant_tasks])
         self._tasks = []
         await self.runtime.close(g)
 
@@ -319,6 +323,13 @@ class Bridge:
 
     def _put(self, item: _Item) -> None:
         rec = item[0]
+        if rec.collection == KEY_GRANT_COLLECTION:
+            # at once, not behind a shard's backlog: its task starts before any record fed
+            # later is handled, and applies the grant before it first waits
+            task = asyncio.create_task(self._handle(item), name="bridge-key-grant")
+            self._grant_tasks.add(task)
+            task.add_done_callback(self._grant_tasks.discard)
+            return
         base = rec.rkey.split(".r", 1)[0]
         self._shards[hash((rec.did, base)) % len(self._shards)].put_nowait(item)
 
@@ -352,16 +363,19 @@ class Bridge:
 
     async def _dispatch(self, queue: asyncio.Queue[_Item]) -> None:
         while True:
-            rec, fed_at = await queue.get()
-            try:
-                await self.process(rec, fed_at)
-            except asyncio.CancelledError:
-                raise
-            except Exception as e:  # noqa: BLE001 - one bad record never stops the bridge
-                self.stats["failed"] += 1
-                log.error("record %s/%s of %s failed (%s)", rec.collection, rec.rkey, rec.did, type(e).__name__)
-            finally:
-                self._release()
+            await self._handle(await queue.get())
+
+    async def _handle(self, item: _Item) -> None:
+        rec, fed_at = item
+        try:
+            await self.process(rec, fed_at)
+        except asyncio.CancelledError:
+            raise
+        except Exception as e:  # noqa: BLE001 - one bad record never stops the bridge
+            self.stats["failed"] += 1
+            log.error("record %s/%s of %s failed (%s)", rec.collection, rec.rkey, rec.did, type(e).__name__)
+        finally:
+            self._release()
 
     # --- running its own sources -------------------------------------------------------------------
 

@@ -12,7 +12,8 @@
   open (the poll hands the grants over first);
 - the library: a :class:`~gelbridge.Bridge` fed by a consumer of our own (the SDK's
   firehose client), given the bridge key in its ``environ``, honours the grant records it
-  is fed, and forgets a deleted one;
+  is fed, and forgets a deleted one; a grant fed behind a busy shard is still in force
+  for the message fed after it;
 - a fleet takeover: worker 1 holds the account and is SIGKILLed after a grant; a message
   sealed with the granted key written while no one holds the account is answered by
   worker 2 (same bridge key, from ``$GELBRIDGE_BRIDGE_KEY``), which lists the grants
@@ -43,7 +44,7 @@ from gelbridge._dev.pds import AccountInfo, DevPds, create_account
 from gelbridge._grants import BRIDGE_KEY_ENV, BridgeKey
 from gelbridge._ingest import IncomingRecord
 from gelbridge._pds import PdsClient
-from gelbridge._records import KEY_GRANT_COLLECTION, new_tid
+from gelbridge._records import KEY_GRANT_COLLECTION, MESSAGE_COLLECTION, new_tid
 from gelbridge._records.codec import to_json_form
 from gelbridge._sealing import Keyring
 from gelbridge._state import SqliteStore
@@ -301,6 +302,41 @@ async def test_a_bridge_fed_by_a_consumer_honours_the_grants_it_is_fed(
         finally:
             feeder.cancel()
             await asyncio.gather(feeder, return_exceptions=True)
+
+
+async def test_a_bridge_applies_a_grant_before_a_later_message_even_behind_a_backlog(
+        dev_pds: DevPds, pds_account: AccountInfo, tmp_path: Path, model_server: ModelServer, app: App) -> None:
+    """The consumer feeds, in stream order, messages that keep the grant's shard busy, the
+    grant, then a message sealed with its key (on another shard): the grant is in force
+    before that message is claimed, as in the stream."""
+    bridge_key = BridgeKey.generate(kid="b-order")
+    key = os.urandom(32)
+    s = bridge_settings(dev_pds, pds_account, tmp_path, model_server, bridge_key)
+    environ = {"GELBRIDGE_TEST_APP_PASSWORD": pds_account.app_password}
+    async with Bridge(s, environ=environ, backfill=False, shards=4) as bridge:
+        def shard(rkey: str) -> int:
+            return hash((app.did, rkey)) % 4
+
+        g = new_tid()
+        app.keyring = app_keyring(("k-order", key), ("k-other", os.urandom(32)))
+        busy = []
+        while len(busy) < 12:  # messages on the grant's shard, fed before it
+            rk = new_tid()
+            if shard(rk) == shard(g):
+                busy.append(await app.send("busy", conversation=new_tid(), key_id="k-other", rkey=rk))
+        await write_grant(app, bridge_key, "k-order", key, rkey=g)
+        m = new_tid()
+        while shard(m) == shard(g):
+            m = new_tid()
+        await app.send("after the grant", conversation=new_tid(), key_id="k-order", rkey=m)
+        for collection, rkey in [*((MESSAGE_COLLECTION, b) for b in busy), (KEY_GRANT_COLLECTION, g),
+                                 (MESSAGE_COLLECTION, m)]:
+            got = await app.pds.get_record(collection, rkey)
+            assert got is not None
+            assert bridge.feed_record(app.did, collection, rkey, got[0], got[1]) == 1
+        assert await bridge.join(30)
+        rec, content = await app.wait_status(f"{m}.r0", {"complete", "error"}, timeout=30)
+        assert rec.status == "complete" and text_of(content) == "You said: after the grant", rec
 
 
 # --- 4. a fleet takeover -----------------------------------------------------------------------
