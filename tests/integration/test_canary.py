@@ -235,6 +235,7 @@ async def test_neither_a_granted_key_nor_the_bridge_key_appears_in_logs_state_st
 
     from gelbridge._grants import BridgeKey
     from gelbridge._records import KEY_GRANT_COLLECTION
+    from gelbridge._state import DB_FILENAME
 
     from .test_key_grants import app_keyring, ask, seen, write_grant
 
@@ -276,7 +277,7 @@ async def test_neither_a_granted_key_nor_the_bridge_key_appears_in_logs_state_st
     assert not key_leaks(metrics, secret)
     # every file under the state dir (the SQLite db, its WAL, anything else)
     files = [f for f in state.rglob("*") if f.is_file()]
-    assert any(f.suffix == ".db" or f.name.endswith(".sqlite3") or "db" in f.name for f in files), files
+    assert state / DB_FILENAME in files, files
     for f in files:
         assert not key_leaks(f.read_bytes(), secret), f
     # `gelbridge status`, text and JSON
