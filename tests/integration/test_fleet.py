@@ -175,6 +175,9 @@ async def fleet(tmp_path: Path, dev_pds: DevPds, postgres_url: str) -> AsyncIter
         yield f
     finally:
         f.stop()
+        for p in f.procs:  # shown by pytest only when the test failed: what each worker saw
+            tail = p.log_path.read_text(errors="replace")[-6000:] if p.log_path.exists() else "(no log)"
+            print(f"--- {p.log_path.name}, last lines ---\n{tail}")
 
 
 async def test_three_workers_six_accounts_two_killed_every_message_answered_once(fleet: Fleet) -> None:
