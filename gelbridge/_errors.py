@@ -96,6 +96,18 @@ class PairingError(GelbridgeError):
     kind = "invalid_request"
 
 
+class OAuthError(GelbridgeError):
+    """An atproto OAuth step failed: the authorization server refused, or what it granted
+    is not what gelbridge asked for (a missing scope, another account). ``error`` is the
+    server's OAuth error code when it gave one."""
+
+    kind = "invalid_request"
+
+    def __init__(self, message: str, *, error: str | None = None) -> None:
+        super().__init__(message)
+        self.error = error
+
+
 #: the environment variable that names the keyring file (here, next to its error, so the
 #: CLI's ``--keyring`` options are declared without importing the crypto and record models)
 KEYRING_ENV: Final = "GELBRIDGE_KEYRING"

@@ -47,6 +47,7 @@ LAYER_OF: dict[str, str] = {
     "_grants": "core",  # HPKE key grants: records in, keys out (and the key file, as _sealing's keyring)
     "_pairing": "core",  # the app side of key grants: which bridge to trust (pins), the grant record
     "_backoff": "core",
+    "_oauth": "core",  # atproto OAuth's pure parts: ES256/JWS, DPoP proofs and nonces, scopes
     "_terminal": "core",
     "_config_keys": "core",
     # the pure parts of _tools, below _config and _mapping: the typed [tools.*] / [mcp.*]
