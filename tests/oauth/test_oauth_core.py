@@ -124,3 +124,26 @@ def test_check_granted() -> None:
     for none in (None, "", 5):
         with pytest.raises(OAuthError, match="names no scope"):
             check_granted(BRIDGE_SCOPE, none)
+
+
+def test_authorization_server_metadata_is_checked() -> None:
+    from gelbridge._oauth.server import AuthServer, check_server_url
+
+    iss = "https://auth.example"
+    meta = {"issuer": iss, "pushed_authorization_request_endpoint": f"{iss}/par",
+            "authorization_endpoint": f"{iss}/authorize", "token_endpoint": f"{iss}/token",
+            "revocation_endpoint": f"{iss}/revoke", "code_challenge_methods_supported": ["S256"],
+            "dpop_signing_alg_values_supported": ["ES256"]}
+    server = AuthServer.from_metadata(meta, issuer=iss, allow_loopback_http=False)
+    assert server.token_endpoint == f"{iss}/token" and server.revocation_endpoint == f"{iss}/revoke"
+    for bad, why in (({**meta, "issuer": "https://evil.example"}, "names issuer"),
+                     ({**meta, "code_challenge_methods_supported": ["plain"]}, "S256"),
+                     ({**meta, "dpop_signing_alg_values_supported": ["RS256"]}, "ES256"),
+                     ({**meta, "token_endpoint": "http://auth.example/token"}, "not an https URL"),
+                     ({k: v for k, v in meta.items() if k != "token_endpoint"}, "no token_endpoint")):
+        with pytest.raises(OAuthError, match=why):
+            AuthServer.from_metadata(bad, issuer=iss, allow_loopback_http=False)
+    assert check_server_url("http://localhost:2583/", allow_loopback_http=True) == "http://localhost:2583"
+    for url in ("http://localhost:2583", "http://pds.example", "ftp://x.example", "https://"):
+        with pytest.raises(OAuthError):
+            check_server_url(url, allow_loopback_http=url != "http://localhost:2583")
