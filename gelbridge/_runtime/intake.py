@@ -145,6 +145,18 @@ class Intake:
         for fh in self._firehoses.values():
             fh.unfollow(account.did)
 
+    async def wait_live(self, did: str, timeout: float = 10.0) -> None:
+        """Wait (bounded) until the live source carrying ``did`` is subscribed: a backfill's
+        listing must not begin before the subscription does, or a record written between
+        the two is in neither (a fleet member's new firehose starts from now, not a cursor)."""
+        src = self.source_of(did)
+        if src is None or not src.live or src.connected.is_set():
+            return
+        try:
+            await asyncio.wait_for(src.connected.wait(), timeout)
+        except TimeoutError:
+            log.warning("the event source for %s is not connected after %.0f s; backfilling anyway", did, timeout)
+
     def source_of(self, did: str) -> EventSource | None:
         """The source that carries ``did`` (None: not followed, or fed by a library consumer)."""
         return next((s for s in self.sources.values() if did in s.dids), None)

@@ -258,6 +258,7 @@ class Runtime:
         self._upkeep.setdefault(account.did, []).extend(tasks)
 
     async def _backfill_then_poll(self, account: Account) -> None:
+        await self.intake.wait_live(account.did)
         await backfill_logged(account.label, account.worker)
         if self.member is not None:
             self.intake.start_poll(account)
