@@ -60,6 +60,7 @@ LAYER_OF: dict[str, str] = {
     "_adapters": "shell",  # the Lua host and ModelClient (probe.py's pure part comes with them)
     "_tools": "shell",
     "_state": "shell",
+    "_oauth.keeper": "shell",  # one refresher at a time, through the state store
     "_oauth.server": "shell",  # the authorization server over HTTP: discovery, PAR, tokens, revoke
     "_pds": "shell",
     "_firehose": "shell",  # frame decoding and the socket that reads the frames

@@ -33,6 +33,10 @@ class SessionGone(OAuthError):
     only a new ``gelbridge login`` helps."""
 
 
+class ServerUnreachable(OAuthError):
+    """The request never reached the authorization server (nothing was spent): retry later."""
+
+
 class RefreshOutcomeUnknown(OAuthError):
     """A refresh was sent and its answer lost: the token may be spent; never resend it."""
 
@@ -185,7 +189,7 @@ class OAuthClient:
         try:
             resp = await self._post(self.server.token_endpoint, form)
         except (httpx.ConnectError, httpx.ConnectTimeout) as e:  # never left: the token is unspent
-            raise OAuthError(f"cannot reach the authorization server ({type(e).__name__}); will retry") from None
+            raise ServerUnreachable(f"cannot reach the authorization server ({type(e).__name__})") from None
         except httpx.TransportError as e:
             raise RefreshOutcomeUnknown(
                 f"the refresh request was sent and its answer lost ({type(e).__name__}): the refresh token may "

@@ -179,6 +179,28 @@ class StateStore:
                 (account, data, self._clock()),
             )
 
+    async def update_session(
+        self, account: str, change: Callable[[dict[str, Any] | None], dict[str, Any] | None],
+    ) -> dict[str, Any] | None:
+        """Read the session under the row lock, store what ``change`` makes of it (None:
+        leave it), in one transaction; returns the session as it now is. ``change`` is
+        pure and quick: no I/O while the row is locked (the OAuth refresh marks itself
+        here, then asks the server outside the lock)."""
+        async with self._tx() as db:
+            await self._fenced(db, account)
+            row = (await db.execute(f"SELECT data FROM sessions WHERE account = ?{self._for_update}",
+                                    (account,))).first()
+            current = json.loads(row[0]) if row else None
+            new = change(current)
+            if new is None:
+                return current
+            await db.execute(
+                "INSERT INTO sessions (account, data, updated_at) VALUES (?, ?, ?) "
+                "ON CONFLICT (account) DO UPDATE SET data = excluded.data, updated_at = excluded.updated_at",
+                (account, json.dumps(new, separators=(",", ":"), sort_keys=True), self._clock()),
+            )
+            return new
+
     async def delete_session(self, account: str) -> None:
         async with self._tx() as db:
             await self._fenced(db, account)

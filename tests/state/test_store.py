@@ -259,3 +259,21 @@ async def test_statuses_are_enums_and_rows_read_back_as_them(open_store: OpenSto
         assert again.state is CallState.FINISHED and again.finished and not again.new
     with pytest.raises(ValueError, match="unknown claim status 'lost'"):
         claim_status("lost")
+
+
+async def test_update_session_is_one_locked_read_modify_write(open_store: OpenStore) -> None:
+    """Two workers' stores bumping one session row at once lose no update: the row is
+    read under its lock (the OAuth refresh marks itself this way)."""
+    async with open_store() as a, open_store() as b:
+        await a.save_session("acct", {"n": 0})
+
+        def bump(row: dict[str, object] | None) -> dict[str, object]:
+            assert row is not None
+            return {"n": int(str(row["n"])) + 1}
+
+        await asyncio.gather(*(s.update_session("acct", bump) for s in (a, b) for _ in range(10)))
+        assert await b.load_session("acct") == {"n": 20}
+        # None: leave the row as it is, and say what it is
+        assert await a.update_session("acct", lambda row: None) == {"n": 20}
+        assert await a.update_session("missing", lambda row: None) is None
+        assert await a.update_session("missing", lambda row: {"new": row is None}) == {"new": True}
