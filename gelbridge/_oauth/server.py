@@ -10,6 +10,7 @@ try that token again (the account needs a new ``gelbridge login``).
 
 from __future__ import annotations
 
+import secrets
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -139,8 +140,6 @@ class OAuthClient:
     def _client_auth(self, now: float) -> dict[str, str]:
         if self.assertion_key is None:
             return {"client_id": self.client_id}
-        import secrets
-
         assertion = self.assertion_key.sign(
             {"typ": "JWT", "kid": self.assertion_key.kid},
             {"iss": self.client_id, "sub": self.client_id, "aud": self.server.issuer,
